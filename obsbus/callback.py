@@ -1,0 +1,182 @@
+"""The base class of every monitor and destination."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from obsbus.event import Event
+    from obsbus.logger import Logger
+    from obsbus.state import State
+
+__all__ = ["Callback"]
+
+
+class Callback:
+    """A plug-in that reacts to :class:`~obsbus.Event` s.
+
+    Every hook is a no-op with the same ``(state, logger)`` signature; a
+    subclass overrides the hooks it needs (marked ``@typing.override``) and
+    nothing else. The :class:`~obsbus.Engine` calls only the hooks a callback
+    overrides, so an unused hook costs nothing.
+
+    Beyond the hooks: :meth:`close` (release resources; runs once, at the end),
+    :meth:`post_close` (after every plug-in closed), :meth:`state_dict` and
+    :meth:`load_state_dict` (resume).
+
+    Example:
+        >>> from typing_extensions import override
+        >>> class CountBatches(Callback):
+        ...     def __init__(self):
+        ...         self.batches = 0
+        ...     @override
+        ...     def batch_end(self, state, logger):
+        ...         self.batches += 1
+        >>> from obsbus import Event
+        >>> cb = CountBatches()
+        >>> cb.run_event(Event.BATCH_END, None, None); cb.batches
+        1
+    """
+
+    def run_event(self, event: Event, state: State, logger: Logger) -> None:
+        """Call the hook for ``event`` (the engine calls hooks directly; this is for tools)."""
+        getattr(self, event.value)(state, logger)
+
+    def init(self, state: State, logger: Logger) -> None:
+        """Once, when the run is set up, before anything else; destinations run first here."""
+
+    def before_load(self, state: State, logger: Logger) -> None:
+        """Before a checkpoint would be loaded."""
+
+    def after_load(self, state: State, logger: Logger) -> None:
+        """After a checkpoint would be loaded; callbacks may restore their own state here."""
+
+    def fit_start(self, state: State, logger: Logger) -> None:
+        """At the start of each ``fit()`` (or ``Run`` start)."""
+
+    def iteration_start(self, state: State, logger: Logger) -> None:
+        """At the start of an iteration (one per ``fit()`` call)."""
+
+    def epoch_start(self, state: State, logger: Logger) -> None:
+        """At the start of each epoch."""
+
+    def before_dataloader(self, state: State, logger: Logger) -> None:
+        """Before the next batch is taken from the dataloader."""
+
+    def after_dataloader(self, state: State, logger: Logger) -> None:
+        """After the batch is taken; ``state.batch`` holds it."""
+
+    def batch_start(self, state: State, logger: Logger) -> None:
+        """At the start of a training batch."""
+
+    def before_train_batch(self, state: State, logger: Logger) -> None:
+        """Before the microbatches of a batch run."""
+
+    def before_forward(self, state: State, logger: Logger) -> None:
+        """Before the forward pass of each microbatch."""
+
+    def after_forward(self, state: State, logger: Logger) -> None:
+        """After the forward pass; ``state.outputs`` holds the outputs."""
+
+    def before_loss(self, state: State, logger: Logger) -> None:
+        """Before the loss of each microbatch is computed."""
+
+    def after_loss(self, state: State, logger: Logger) -> None:
+        """After the loss; ``state.loss`` holds this microbatch's loss."""
+
+    def before_backward(self, state: State, logger: Logger) -> None:
+        """Before the backward pass of each microbatch."""
+
+    def after_backward(self, state: State, logger: Logger) -> None:
+        """After the backward pass; gradients are populated."""
+
+    def after_train_batch(self, state: State, logger: Logger) -> None:
+        """After the optimizer step; ``state.loss`` holds the batch's loss."""
+
+    def batch_end(self, state: State, logger: Logger) -> None:
+        """At the end of a batch; ``state.timestamp`` already counts it."""
+
+    def batch_checkpoint(self, state: State, logger: Logger) -> None:
+        """After ``batch_end`` (and any eval it triggers): time to save a checkpoint."""
+
+    def epoch_end(self, state: State, logger: Logger) -> None:
+        """At the end of a complete epoch; ``state.timestamp`` already counts it."""
+
+    def epoch_checkpoint(self, state: State, logger: Logger) -> None:
+        """After ``epoch_end`` (and any eval it triggers): time to save a checkpoint."""
+
+    def iteration_end(self, state: State, logger: Logger) -> None:
+        """At the end of an iteration."""
+
+    def iteration_checkpoint(self, state: State, logger: Logger) -> None:
+        """After ``iteration_end``."""
+
+    def fit_end(self, state: State, logger: Logger) -> None:
+        """At the end of ``fit()``; destinations flush here."""
+
+    def eval_before_all(self, state: State, logger: Logger) -> None:
+        """Before evaluation inside fit runs over every eval dataloader."""
+
+    def eval_start(self, state: State, logger: Logger) -> None:
+        """At the start of evaluation on one dataloader."""
+
+    def eval_batch_start(self, state: State, logger: Logger) -> None:
+        """At the start of an eval batch."""
+
+    def eval_before_forward(self, state: State, logger: Logger) -> None:
+        """Before the eval forward pass."""
+
+    def eval_after_forward(self, state: State, logger: Logger) -> None:
+        """After the eval forward pass."""
+
+    def eval_batch_end(self, state: State, logger: Logger) -> None:
+        """At the end of an eval batch."""
+
+    def eval_end(self, state: State, logger: Logger) -> None:
+        """At the end of evaluation on one dataloader; ``state.eval_metrics`` is filled."""
+
+    def eval_after_all(self, state: State, logger: Logger) -> None:
+        """After evaluation inside fit ran over every eval dataloader."""
+
+    def eval_standalone_start(self, state: State, logger: Logger) -> None:
+        """At the start of a standalone ``eval()`` (outside fit)."""
+
+    def eval_standalone_end(self, state: State, logger: Logger) -> None:
+        """At the end of a standalone ``eval()``."""
+
+    def predict_start(self, state: State, logger: Logger) -> None:
+        """At the start of ``predict()``."""
+
+    def predict_batch_start(self, state: State, logger: Logger) -> None:
+        """At the start of a predict batch."""
+
+    def predict_before_forward(self, state: State, logger: Logger) -> None:
+        """Before the predict forward pass."""
+
+    def predict_after_forward(self, state: State, logger: Logger) -> None:
+        """After the predict forward pass."""
+
+    def predict_batch_end(self, state: State, logger: Logger) -> None:
+        """At the end of a predict batch."""
+
+    def predict_end(self, state: State, logger: Logger) -> None:
+        """At the end of ``predict()``."""
+
+    def exception(self, state: State, logger: Logger) -> None:
+        """When the loop raises (SIGTERM included), before the error reaches the caller.
+
+        ``state.exception`` holds the error. Flush what you hold; an error raised
+        here is logged and does not hide the original one."""
+
+    def close(self, state: State, logger: Logger) -> None:
+        """Release resources and flush; called once by ``Engine.close``."""
+
+    def post_close(self) -> None:
+        """After every plug-in closed, if this one's ``close`` succeeded."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What this callback needs to resume; must be picklable."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from :meth:`state_dict`."""

@@ -1,0 +1,158 @@
+"""Rank and world information, and reductions that are no-ops on one process.
+
+Rank information comes from ``torch.distributed`` once it is initialized and,
+before that (or without it), from the launcher's environment variables
+``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and
+``NODE_RANK`` (``GROUP_RANK`` as torchrun sets it is accepted too). torch is
+never imported by this module: if the program has not imported
+``torch.distributed``, it cannot have initialized it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "RankInfo",
+    "all_gather_object",
+    "all_reduce",
+    "barrier",
+    "get_local_rank",
+    "get_local_world_size",
+    "get_node_rank",
+    "get_rank",
+    "get_world_size",
+    "is_initialized",
+    "rank_info",
+]
+
+T = TypeVar("T")
+_REDUCE_OPS = ("sum", "mean", "min", "max", "product")
+
+
+def _torch_dist() -> Any:
+    """``torch.distributed`` if it is imported and initialized, else ``None``."""
+    module = sys.modules.get("torch.distributed")
+    if module is not None and module.is_available() and module.is_initialized():
+        return module
+    return None
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(
+            f"Environment variable {name}={raw!r} is not an integer; launchers set it to a "
+            f"non-negative integer. To fix, unset it or set it to e.g. 0."
+        ) from None
+    if value < 0:
+        raise ValueError(f"Environment variable {name}={raw!r} must be non-negative.")
+    return value
+
+
+def is_initialized() -> bool:
+    """Whether ``torch.distributed`` is initialized in this process."""
+    return _torch_dist() is not None
+
+
+def get_world_size() -> int:
+    """The number of processes in the job (1 when not distributed)."""
+    dist = _torch_dist()
+    return int(dist.get_world_size()) if dist else _env_int("WORLD_SIZE", 1)
+
+
+def get_rank() -> int:
+    """This process's global rank (0 when not distributed)."""
+    dist = _torch_dist()
+    return int(dist.get_rank()) if dist else _env_int("RANK", 0)
+
+
+def get_local_world_size() -> int:
+    """The number of processes on this node (the world size when no launcher says)."""
+    return _env_int("LOCAL_WORLD_SIZE", get_world_size())
+
+
+def get_local_rank() -> int:
+    """This process's rank on its node (the global rank when no launcher says)."""
+    return _env_int("LOCAL_RANK", get_rank())
+
+
+def get_node_rank() -> int:
+    """The index of this node."""
+    default = get_rank() // max(get_local_world_size(), 1)
+    return _env_int("NODE_RANK", _env_int("GROUP_RANK", default))
+
+
+@dataclass(frozen=True, slots=True)
+class RankInfo:
+    """A snapshot of where this process sits in the job."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    node_rank: int = 0
+
+
+def rank_info() -> RankInfo:
+    """Read the current :class:`RankInfo`.
+
+    Example:
+        >>> info = rank_info()
+        >>> 0 <= info.rank < info.world_size
+        True
+    """
+    return RankInfo(
+        rank=get_rank(),
+        local_rank=get_local_rank(),
+        world_size=get_world_size(),
+        local_world_size=get_local_world_size(),
+        node_rank=get_node_rank(),
+    )
+
+
+def all_reduce(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """Reduce ``tensor`` in place across ranks and return it; a no-op on one process.
+
+    Args:
+        tensor: the values to reduce; on NCCL it must live on this rank's GPU.
+        op: one of ``sum``, ``mean``, ``min``, ``max``, ``product``.
+    """
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"Unknown reduce op {op!r}; accepted: {', '.join(_REDUCE_OPS)}.")
+    dist = _torch_dist()
+    if dist is None or dist.get_world_size() == 1:
+        return tensor
+    if op == "mean":
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        tensor.div_(dist.get_world_size())
+    else:
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op.upper()))
+    return tensor
+
+
+def all_gather_object(obj: T) -> list[T]:
+    """Gather a picklable object from every rank; ``[obj]`` on one process."""
+    dist = _torch_dist()
+    if dist is None or dist.get_world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    """Wait for every rank; a no-op on one process."""
+    dist = _torch_dist()
+    if dist is not None and dist.get_world_size() > 1:
+        dist.barrier()

@@ -1,0 +1,208 @@
+"""The :class:`Logger` that fans out to every :class:`LoggerDestination`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from obsbus._failures import FailureLog
+from obsbus.callback import Callback
+from obsbus.naming import format_name
+
+if TYPE_CHECKING:
+    from obsbus.state import State
+
+__all__ = ["Logger", "LoggerDestination"]
+
+
+class LoggerDestination(Callback):
+    """A callback that also receives what is logged.
+
+    Every method is a no-op; a destination overrides what it stores. Metric
+    values may be tensors (principle 1): a destination keeps them as they
+    are until it writes, then turns every value due into numbers at once with
+    :func:`obsbus.values.to_host`. Values passed in must not be changed by
+    the destination; callers pass fresh values and never mutate them after.
+
+    Example:
+        >>> class Collect(LoggerDestination):
+        ...     def __init__(self):
+        ...         self.seen = []
+        ...     def log_metrics(self, metrics, step=None):
+        ...         self.seen.append((step, dict(metrics)))
+        >>> from obsbus import Logger, State
+        >>> dest = Collect()
+        >>> Logger(State(run_name="r"), [dest]).log_metrics({"loss": 0.5}, step=3)
+        >>> dest.seen
+        [(3, {'loss': 0.5})]
+    """
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Record scalar metrics (numbers or 0-d/1-element tensors) at ``step``."""
+
+    def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
+        """Record hyperparameters (nested dicts allowed)."""
+
+    def log_traces(self, traces: Mapping[str, Any]) -> None:
+        """Record traces: which algorithm or branch ran, as small values."""
+
+    def log_table(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        name: str = "Table",
+        step: int | None = None,
+    ) -> None:
+        """Record a table."""
+
+    def log_images(
+        self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
+    ) -> None:
+        """Record images (tensors or arrays, HWC or CHW)."""
+
+    def can_upload_files(self) -> bool:
+        """Whether :meth:`upload_file` stores files somewhere."""
+        return False
+
+    def upload_file(
+        self, state: State, remote_file_name: str, file_path: Path, *, overwrite: bool = False
+    ) -> None:
+        """Store a copy of ``file_path`` as ``remote_file_name``; must not block training."""
+
+    def download_file(
+        self,
+        remote_file_name: str,
+        destination: str,
+        overwrite: bool = False,
+        progress_bar: bool = True,
+    ) -> None:
+        """Fetch ``remote_file_name`` into ``destination``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot download files.")
+
+
+class Logger:
+    """Fans every logging call out to the destinations, each failure contained.
+
+    ``step`` defaults to ``state.timestamp.batch``. Values are passed on
+    untouched (tensors stay tensors). A destination that raises is reported
+    once by name and counted; the others still get the call (``strict=True``
+    raises instead, for tests).
+
+    Example:
+        >>> from obsbus import State
+        >>> from obsbus.loggers import InMemoryLogger
+        >>> mem = InMemoryLogger()
+        >>> logger = Logger(State(run_name="r"), [mem])
+        >>> logger.log_metrics({"loss/train/total": 1.0})
+        >>> mem.most_recent_values["loss/train/total"]
+        1.0
+    """
+
+    def __init__(
+        self,
+        state: State,
+        destinations: Iterable[LoggerDestination] = (),
+        *,
+        strict: bool = False,
+        failures: FailureLog | None = None,
+    ) -> None:
+        self._state = state
+        self.destinations: tuple[LoggerDestination, ...] = tuple(destinations)
+        for dest in self.destinations:
+            if not isinstance(dest, LoggerDestination):
+                raise TypeError(
+                    f"Expected LoggerDestination instances in loggers, got {dest!r}. "
+                    "To fix, pass monitors as callbacks=[...] and destinations as loggers=[...]."
+                )
+        self.failures = failures or FailureLog(strict=strict)
+
+    def _fan_out(self, action: str, *args: Any) -> None:
+        call = self.failures.call
+        for dest in self.destinations:
+            call(dest, action, getattr(dest, action), *args)
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Log scalar metrics; values may be tensors and are not synced here."""
+        if step is None:
+            step = self._state.timestamp._batch
+        self._fan_out("log_metrics", dict(metrics), step)
+
+    def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
+        self._fan_out("log_hyperparameters", dict(hyperparameters))
+
+    def log_traces(self, traces: Mapping[str, Any]) -> None:
+        self._fan_out("log_traces", dict(traces))
+
+    def log_table(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        name: str = "Table",
+        step: int | None = None,
+    ) -> None:
+        if step is None:
+            step = self._state.timestamp._batch
+        self._fan_out("log_table", list(columns), [list(r) for r in rows], name, step)
+
+    def log_images(
+        self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
+    ) -> None:
+        if step is None:
+            step = self._state.timestamp._batch
+        for dest in self.destinations:
+            self.failures.call(
+                dest, "log_images", lambda d=dest: d.log_images(images, name, step, **kwargs)
+            )
+
+    def has_file_uploader(self) -> bool:
+        """Whether any destination can store files."""
+        return any(d.can_upload_files() for d in self.destinations)
+
+    def upload_file(
+        self, remote_file_name: str, file_path: str | Path, *, overwrite: bool = False
+    ) -> None:
+        """Hand a file to every destination that can store files.
+
+        ``remote_file_name`` may use placeholders (``{run_name}``, ``{rank}``, ...).
+        """
+        remote = self.format_name(remote_file_name)
+        path = Path(file_path)
+        for dest in self.destinations:
+            if dest.can_upload_files():
+                self.failures.call(
+                    dest,
+                    "upload_file",
+                    lambda d=dest: d.upload_file(self._state, remote, path, overwrite=overwrite),
+                )
+
+    def download_file(
+        self,
+        remote_file_name: str,
+        destination: str | Path,
+        overwrite: bool = False,
+        progress_bar: bool = True,
+    ) -> None:
+        """Fetch a file from the first destination that stores files.
+
+        Raises:
+            FileNotFoundError: no destination can store files, or none had it.
+        """
+        remote = self.format_name(remote_file_name)
+        errors: list[str] = []
+        for dest in self.destinations:
+            if not dest.can_upload_files():
+                continue
+            try:
+                dest.download_file(remote, str(destination), overwrite, progress_bar)
+                return
+            except Exception as exc:  # try the next store, report all if none had it
+                errors.append(f"{type(dest).__name__}: {exc}")
+        raise FileNotFoundError(
+            f"Could not download {remote!r}: "
+            + ("; ".join(errors) if errors else "no logger destination stores files.")
+        )
+
+    def format_name(self, template: str, **values: Any) -> str:
+        """Fill the placeholders of ``template`` from the state (:func:`~obsbus.format_name`)."""
+        return format_name(template, self._state, **values)

@@ -1,0 +1,114 @@
+"""Keep everything logged in memory, for tests, notebooks and agents."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from typing_extensions import override
+
+from obsbus.logger import Logger, LoggerDestination
+from obsbus.state import State
+from obsbus.time import Timestamp
+from obsbus.values import to_host
+
+__all__ = ["InMemoryLogger"]
+
+
+class InMemoryLogger(LoggerDestination):
+    """Records metrics as time series, hyperparameters, traces and tables.
+
+    Values are stored as logged (tensors stay tensors, so recording costs no
+    device sync); :meth:`get_timeseries` turns a series into numbers with one
+    transfer.
+
+    Attributes:
+        data: ``{key: [(timestamp, value), ...]}`` in logging order.
+        steps: ``{key: [step, ...]}``, parallel to ``data``.
+        most_recent_values: ``{key: value}``, the last value of each key.
+        most_recent_timestamps: ``{key: timestamp}``.
+        hyperparameters: everything passed to ``log_hyperparameters``, merged.
+        traces: ``{key: value}``, the last value of each trace.
+        tables: ``{name: {"columns": [...], "rows": [[...], ...], "step": int}}``.
+        images: ``[(name, step, images), ...]``.
+
+    Example:
+        >>> mem = InMemoryLogger()
+        >>> mem.log_metrics({"loss": 2.0}, step=1); mem.log_metrics({"loss": 1.0}, step=2)
+        >>> mem.get_timeseries("loss")["loss"]
+        [2.0, 1.0]
+    """
+
+    def __init__(self) -> None:
+        self.state: State | None = None
+        self.data: dict[str, list[tuple[Timestamp, Any]]] = {}
+        self.steps: dict[str, list[int | None]] = {}
+        self.most_recent_values: dict[str, Any] = {}
+        self.most_recent_timestamps: dict[str, Timestamp] = {}
+        self.hyperparameters: dict[str, Any] = {}
+        self.traces: dict[str, Any] = {}
+        self.tables: dict[str, dict[str, Any]] = {}
+        self.images: list[tuple[str, int | None, Any]] = []
+
+    @override
+    def init(self, state: State, logger: Logger) -> None:
+        self.state = state
+
+    def _timestamp(self) -> Timestamp:
+        return self.state.timestamp if self.state is not None else Timestamp()
+
+    @override
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        timestamp = self._timestamp()
+        for key, value in metrics.items():
+            self.data.setdefault(key, []).append((timestamp, value))
+            self.steps.setdefault(key, []).append(step)
+            self.most_recent_values[key] = value
+            self.most_recent_timestamps[key] = timestamp
+
+    @override
+    def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
+        self.hyperparameters.update(hyperparameters)
+
+    @override
+    def log_traces(self, traces: Mapping[str, Any]) -> None:
+        self.traces.update(traces)
+
+    @override
+    def log_table(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        name: str = "Table",
+        step: int | None = None,
+    ) -> None:
+        self.tables[name] = {
+            "columns": list(columns),
+            "rows": [list(r) for r in rows],
+            "step": step,
+        }
+
+    @override
+    def log_images(
+        self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
+    ) -> None:
+        self.images.append((name, step, images))
+
+    def get_timeseries(self, key: str) -> dict[str, list[Any]]:
+        """The series of ``key`` as lists: the values, their ``step`` and the time counters.
+
+        Returns:
+            ``{key: [...], "step": [...], "epoch": [...], "batch": [...],
+            "sample": [...], "token": [...], "batch_in_epoch": [...]}``.
+
+        Raises:
+            KeyError: ``key`` was never logged; the message lists the keys that were.
+        """
+        if key not in self.data:
+            raise KeyError(f"No metric {key!r} was logged; logged keys: {sorted(self.data)}.")
+        series = self.data[key]
+        numbers = to_host({str(i): value for i, (_, value) in enumerate(series)})
+        out: dict[str, list[Any]] = {key: list(numbers.values()), "step": list(self.steps[key])}
+        for counter in ("epoch", "batch", "sample", "token", "batch_in_epoch"):
+            out[counter] = [getattr(ts, counter).value for ts, _ in series]
+        return out

@@ -1,0 +1,84 @@
+"""File-name placeholders, formatted by one function everyone shares."""
+
+from __future__ import annotations
+
+import string
+from typing import TYPE_CHECKING, Any
+
+from obsbus import dist
+
+if TYPE_CHECKING:
+    from obsbus.state import State
+
+__all__ = ["PLACEHOLDERS", "format_name", "placeholder_values"]
+
+#: The placeholders every obsbus file name may use. Time placeholders take
+#: the state's timestamp when one is known.
+PLACEHOLDERS = (
+    "run_name",
+    "rank",
+    "local_rank",
+    "world_size",
+    "local_world_size",
+    "node_rank",
+    "epoch",
+    "batch",
+    "sample",
+    "token",
+    "iteration",
+    "batch_in_epoch",
+    "sample_in_epoch",
+    "token_in_epoch",
+)
+_FORMATTER = string.Formatter()
+
+
+def placeholder_values(state: State | None = None) -> dict[str, Any]:
+    """The placeholder values of ``state`` (or only the rank ones without a state)."""
+    info = state.rank_info if state is not None else dist.rank_info()
+    values: dict[str, Any] = {
+        "rank": info.rank,
+        "local_rank": info.local_rank,
+        "world_size": info.world_size,
+        "local_world_size": info.local_world_size,
+        "node_rank": info.node_rank,
+    }
+    if state is not None:
+        values["run_name"] = state.run_name
+        ts = state.timestamp
+        for key in PLACEHOLDERS[6:]:
+            values[key] = getattr(ts, key).value
+    return values
+
+
+def format_name(template: str, state: State | None = None, **values: Any) -> str:
+    """Fill the placeholders of ``template`` that are known; leave the rest as written.
+
+    Values come from ``state`` (run name, rank info, timestamp) and then from
+    ``values``, which win. Format specs work (``{rank:02d}``). An unknown
+    placeholder stays in the result verbatim, so a later stage (or the user)
+    can still fill it.
+
+    Example:
+        >>> template = "{run_name}/ep{epoch}-rank{rank:02d}-{unknown}.json"
+        >>> format_name(template, run_name="r", epoch=3, rank=1)
+        'r/ep3-rank01-{unknown}.json'
+    """
+    if not isinstance(template, str):
+        raise TypeError(f"A file name template must be a str, got {template!r}.")
+    known = placeholder_values(state)
+    known.update(values)
+    out: list[str] = []
+    for literal, field, spec, conversion in _FORMATTER.parse(template):
+        out.append(literal)
+        if field is None:
+            continue
+        if field in known:
+            value = known[field]
+            if conversion:
+                value = _FORMATTER.convert_field(value, conversion)
+            out.append(format(value, spec or ""))
+        else:
+            conv = f"!{conversion}" if conversion else ""
+            out.append("{" + field + conv + (f":{spec}" if spec else "") + "}")
+    return "".join(out)

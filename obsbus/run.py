@@ -1,0 +1,434 @@
+"""Drive the event bus from your own training loop."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+
+from obsbus._batch import default_num_samples, default_num_tokens, to_device
+from obsbus._signals import sigterm_as_exception
+from obsbus.callback import Callback
+from obsbus.engine import Engine
+from obsbus.event import Event
+from obsbus.logger import Logger, LoggerDestination
+from obsbus.state import State
+from obsbus.time import Time, TimeLike, Timestamp, TimeUnit
+
+__all__ = ["Run"]
+
+_FORWARD = {
+    "train": (Event.BEFORE_FORWARD, Event.AFTER_FORWARD),
+    "eval": (Event.EVAL_BEFORE_FORWARD, Event.EVAL_AFTER_FORWARD),
+    "predict": (Event.PREDICT_BEFORE_FORWARD, Event.PREDICT_AFTER_FORWARD),
+}
+EvalInterval = TimeLike | Callable[[State, Event], bool]
+
+
+def _check_eval_interval(interval: EvalInterval) -> Time | Callable[[State, Event], bool]:
+    if callable(interval) and not isinstance(interval, (Time, str)):
+        return interval
+    value = Time.from_input(interval, default_unit=TimeUnit.EPOCH)
+    if value.unit not in (TimeUnit.EPOCH, TimeUnit.BATCH) or value.value <= 0:
+        raise ValueError(
+            f"eval_interval {str(value)!r} is not supported: use a positive number of epochs "
+            "or batches ('1ep', '500ba') or a function (state, event) -> bool."
+        )
+    return value
+
+
+def _len_or_none(loader: Any) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+class Run:
+    """The event bus for a loop you write yourself: same events, same ``State``.
+
+    ``with Run(...) as run:`` fires ``fit_start`` on entry and ``fit_end`` on
+    exit (or ``exception`` if the block raises or the process gets SIGTERM),
+    then closes every plug-in. Inside, iterators and calls fire the rest:
+
+    - ``for batch in run.train(loader)``: epochs until ``max_duration`` (one
+      epoch without one), with the dataloader and batch events; or
+      ``for batch in run.epoch(loader)`` for one epoch inside your own
+      epoch loop. The code after the body of one iteration ends the batch.
+    - ``run.forward(model, x)``, ``run.loss(fn, out, y)``,
+      ``run.backward(loss)``: the forward, loss and backward events (call them
+      once per microbatch for gradient accumulation).
+    - ``for batch in run.eval(loader)`` and ``for batch in run.predict(loader)``.
+
+    A loop that calls none of the per-step methods still gets batch, epoch and
+    fit events; set ``run.state.loss`` to have the loss logged.
+
+    Example:
+        >>> import torch
+        >>> from obsbus.loggers import InMemoryLogger
+        >>> model = torch.nn.Linear(4, 1)
+        >>> opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(3)]
+        >>> mem = InMemoryLogger()
+        >>> with Run(model=model, optimizers=opt, max_duration="2ep", loggers=[mem]) as run:
+        ...     for x, y in run.train(data):
+        ...         opt.zero_grad()
+        ...         out = run.forward(model, x)
+        ...         loss = run.loss(torch.nn.functional.mse_loss, out, y)
+        ...         run.backward(loss)
+        ...         opt.step()
+        >>> run.state.timestamp.batch, len(mem.get_timeseries("loss/train/total")["batch"])
+        (Time(6, 'ba'), 6)
+    """
+
+    def __init__(
+        self,
+        *,
+        model: Any = None,
+        optimizers: Any = None,
+        schedulers: Any = None,
+        max_duration: TimeLike | None = None,
+        callbacks: Iterable[Callback] = (),
+        loggers: Iterable[LoggerDestination] = (),
+        run_name: str | None = None,
+        device: Any = None,
+        grad_accum: int = 1,
+        hparams: dict[str, Any] | None = None,
+        num_samples_fn: Callable[[Any], int] | None = None,
+        num_tokens_fn: Callable[[Any], int] | None = None,
+        eval_interval: EvalInterval | None = None,
+        eval_fn: Callable[[Run], None] | None = None,
+        handle_sigterm: bool = True,
+        strict: bool = False,
+    ) -> None:
+        if (eval_interval is None) != (eval_fn is None):
+            raise ValueError(
+                "eval_interval and eval_fn go together: give both (evaluate every "
+                "eval_interval by calling eval_fn(run)) or neither."
+            )
+        self._eval_interval = None if eval_interval is None else _check_eval_interval(eval_interval)
+        self._eval_fn = eval_fn
+        self._num_samples = num_samples_fn or default_num_samples
+        self._num_tokens = num_tokens_fn or default_num_tokens
+        self._move_to = device
+        self._handle_sigterm = handle_sigterm
+        if device is None and model is not None:
+            params = getattr(model, "parameters", None)
+            first = next(iter(params()), None) if callable(params) else None
+            device = getattr(first, "device", None)
+        self.state = State(
+            run_name,
+            max_duration=max_duration,
+            model=model,
+            optimizers=optimizers,
+            schedulers=schedulers,
+            device=device,
+            grad_accum=grad_accum,
+            hparams=hparams,
+        )
+        self.logger = Logger(self.state, loggers, strict=strict)
+        self.engine = Engine(self.state, self.logger, callbacks)
+        self._mode = "train"
+        self._fitting = False
+        self._in_eval_group = False
+        self._fit_cm: Any = None
+        self._mark = time.perf_counter()
+        self._loss_parts: list[tuple[Any, float | None]] = []
+        self._eval_loss: Any = None
+        self._eval_count = 0
+        for event in (Event.INIT, Event.BEFORE_LOAD, Event.AFTER_LOAD):
+            self.engine.run_event(event)
+        if self.state.hparams:
+            self.logger.log_hyperparameters(self.state.hparams)
+
+    # ------------------------------------------------------------------ fit
+    @contextmanager
+    def fitting(self) -> Iterator[Run]:
+        """``fit_start`` ... ``fit_end`` (or ``exception``), without closing; reusable."""
+        if self._fitting:
+            raise RuntimeError("This Run is already fitting; fitting() does not nest.")
+        sigterm = sigterm_as_exception() if self._handle_sigterm else _null()
+        with sigterm:
+            self._fitting = True
+            self.state.stop_requested = False
+            self.state.exception = None
+            self._mark = time.perf_counter()
+            try:
+                self.engine.run_event(Event.FIT_START)
+                self.engine.run_event(Event.ITERATION_START)
+                yield self
+                self._tick(lambda ts, d: ts.to_next_iteration(d))
+                self.engine.run_event(Event.ITERATION_END)
+                self.engine.run_event(Event.ITERATION_CHECKPOINT)
+                self.engine.run_event(Event.FIT_END)
+            except BaseException as exc:
+                self._on_exception(exc)
+                raise
+            finally:
+                self._fitting = False
+
+    def _on_exception(self, exc: BaseException) -> None:
+        self.state.exception = exc
+        self.engine.run_event(Event.EXCEPTION)
+
+    def __enter__(self) -> Run:
+        self._fit_cm = self.fitting()
+        return self._fit_cm.__enter__()  # type: ignore[no-any-return]
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        cm, self._fit_cm = self._fit_cm, None
+        try:
+            if cm is not None:
+                cm.__exit__(exc_type, exc, tb)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close every callback and destination (idempotent)."""
+        self.engine.close()
+
+    # ---------------------------------------------------------------- train
+    def _tick(self, advance: Callable[[Timestamp, float], Timestamp]) -> None:
+        now = time.perf_counter()
+        self.state.timestamp = advance(self.state.timestamp, now - self._mark)
+        self._mark = now
+
+    def train(self, dataloader: Iterable[Any]) -> Iterator[Any]:
+        """Yield training batches, epoch after epoch, until ``max_duration`` or a stop."""
+        self._require_fitting("train")
+        while True:
+            empty = True
+            for batch in self.epoch(dataloader):
+                empty = False
+                yield batch
+            if self.state.max_duration is None or self.state.is_done() or empty:
+                return
+
+    def epoch(self, dataloader: Iterable[Any]) -> Iterator[Any]:
+        """Yield the training batches of one epoch, firing the epoch and batch events."""
+        self._require_fitting("epoch")
+        state, run_event = self.state, self.engine.run_event
+        state.dataloader, state.dataloader_label = dataloader, "train"
+        length = _len_or_none(dataloader)
+        state.dataloader_len = None if length is None else Time(length, TimeUnit.BATCH)
+        run_event(Event.EPOCH_START)
+        iterator = iter(dataloader)
+        while True:
+            run_event(Event.BEFORE_DATALOADER)
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                break
+            self._set_batch(batch)
+            run_event(Event.AFTER_DATALOADER)
+            run_event(Event.BATCH_START)
+            state.loss, state.outputs = None, None
+            self._loss_parts = []
+            run_event(Event.BEFORE_TRAIN_BATCH)
+            self._mode = "train"
+            yield state.batch
+            self._end_batch()
+            if state.is_done():
+                if length is None or state.timestamp._batch_in_epoch < length:
+                    return  # a cut epoch does not end
+                break
+        self._tick(lambda ts, d: ts.to_next_epoch(d))
+        run_event(Event.EPOCH_END)
+        self._maybe_eval(Event.EPOCH_END)
+        run_event(Event.EPOCH_CHECKPOINT)
+
+    def _set_batch(self, batch: Any) -> None:
+        state = self.state
+        state.batch_num_samples = self._num_samples(batch)
+        state.batch_num_tokens = self._num_tokens(batch)
+        state.batch = batch if self._move_to is None else to_device(batch, self._move_to)
+
+    def _end_batch(self) -> None:
+        state, run_event = self.state, self.engine.run_event
+        if self._loss_parts:
+            state.loss = _combine(self._loss_parts)
+        if state.loss is not None:
+            detached = getattr(state.loss, "detach", None)
+            state.loss = detached() if callable(detached) else state.loss
+            self.logger.log_metrics({"loss/train/total": state.loss})
+        run_event(Event.AFTER_TRAIN_BATCH)
+        samples, tokens = state.batch_num_samples, state.batch_num_tokens
+        self._tick(lambda ts, d: ts.to_next_batch(samples, tokens, d))
+        run_event(Event.BATCH_END)
+        self._maybe_eval(Event.BATCH_END)
+        run_event(Event.BATCH_CHECKPOINT)
+
+    def _maybe_eval(self, event: Event) -> None:
+        interval = self._eval_interval
+        if interval is None or self._eval_fn is None:
+            return
+        if isinstance(interval, Time):
+            ts = self.state.timestamp
+            if interval.unit is TimeUnit.BATCH:
+                due = event is Event.BATCH_END and ts._batch % interval.value == 0
+            else:
+                due = event is Event.EPOCH_END and ts._epoch % interval.value == 0
+        else:
+            due = bool(interval(self.state, event))
+        if due:
+            with self.evaluating():
+                self._eval_fn(self)
+
+    def _require_fitting(self, what: str) -> None:
+        if not self._fitting:
+            raise RuntimeError(
+                f"run.{what}() must be called inside `with run:` (or `with run.fitting():`), "
+                "which fires fit_start and fit_end around it."
+            )
+
+    def stop_training(self) -> None:
+        """Stop after the current batch; the same as ``run.state.stop_training()``."""
+        self.state.stop_training()
+
+    # ------------------------------------------------------------ per step
+    def forward(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` between the forward events of the current phase."""
+        before, after = _FORWARD[self._mode]
+        self.engine.run_event(before)
+        self.state.outputs = fn(*args, **kwargs)
+        self.engine.run_event(after)
+        return self.state.outputs
+
+    def loss(
+        self, fn: Callable[..., Any], *args: Any, weight: float | None = None, **kwargs: Any
+    ) -> Any:
+        """Compute a loss with ``fn(*args, **kwargs)`` and record it.
+
+        In training, fires ``before_loss``/``after_loss``; ``state.loss`` holds
+        the microbatch loss during ``after_loss`` (a callback may replace it)
+        and the batch's loss afterwards: the mean of the microbatch losses, or
+        their ``weight``-weighted sum when weights are given. In evaluation,
+        the loss is averaged over samples into ``metrics/{label}/loss``.
+        Returns the (possibly replaced) loss; nothing here syncs the device.
+        """
+        if self._mode == "eval":
+            value = fn(*args, **kwargs)
+            weighted = value.detach() * self.state.batch_num_samples
+            self._eval_loss = weighted if self._eval_loss is None else self._eval_loss + weighted
+            self._eval_count += self.state.batch_num_samples
+            return value
+        if self._mode == "predict":
+            return fn(*args, **kwargs)
+        self.engine.run_event(Event.BEFORE_LOSS)
+        self.state.loss = fn(*args, **kwargs)
+        self.engine.run_event(Event.AFTER_LOSS)
+        loss = self.state.loss
+        detached = getattr(loss, "detach", None)
+        self._loss_parts.append((detached() if callable(detached) else loss, weight))
+        return loss
+
+    def backward(self, loss: Any = None, **kwargs: Any) -> None:
+        """``loss.backward(**kwargs)`` (default ``state.loss``) between the backward events."""
+        self.engine.run_event(Event.BEFORE_BACKWARD)
+        (self.state.loss if loss is None else loss).backward(**kwargs)
+        self.engine.run_event(Event.AFTER_BACKWARD)
+
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """Log metrics to every destination (values may be tensors)."""
+        self.logger.log_metrics(metrics, step)
+
+    # ----------------------------------------------------- eval and predict
+    @contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """Group several :meth:`eval` loops: ``eval_before_all``/``eval_after_all`` in fit,
+        ``eval_standalone_start``/``eval_standalone_end`` outside it."""
+        if self._in_eval_group:
+            yield
+            return
+        start, end = (
+            (Event.EVAL_BEFORE_ALL, Event.EVAL_AFTER_ALL)
+            if self._fitting
+            else (Event.EVAL_STANDALONE_START, Event.EVAL_STANDALONE_END)
+        )
+        self._in_eval_group = True
+        try:
+            self.engine.run_event(start)
+            yield
+            self.engine.run_event(end)
+        finally:
+            self._in_eval_group = False
+
+    def eval(self, dataloader: Iterable[Any], label: str = "eval") -> Iterator[Any]:
+        """Yield the batches of ``dataloader`` between the eval events.
+
+        Losses computed with :meth:`loss` are averaged over samples and logged
+        as ``metrics/{label}/loss`` at ``eval_end`` (also in
+        ``state.eval_metrics[label]["loss"]``).
+        """
+        with self.evaluating():
+            yield from self._eval_loop(dataloader, label)
+
+    def _eval_loop(self, dataloader: Iterable[Any], label: str) -> Iterator[Any]:
+        state, run_event = self.state, self.engine.run_event
+        saved = (self._mode, state.dataloader, state.dataloader_label, state.dataloader_len)
+        self._mode = "eval"
+        state.dataloader, state.dataloader_label = dataloader, label
+        length = _len_or_none(dataloader)
+        state.dataloader_len = None if length is None else Time(length, TimeUnit.BATCH)
+        state.eval_timestamp = Timestamp()
+        self._eval_loss, self._eval_count = None, 0
+        mark = time.perf_counter()
+        run_event(Event.EVAL_START)
+        for batch in dataloader:
+            self._set_batch(batch)
+            run_event(Event.EVAL_BATCH_START)
+            yield state.batch
+            now = time.perf_counter()
+            state.eval_timestamp = state.eval_timestamp.to_next_batch(
+                state.batch_num_samples, state.batch_num_tokens, now - mark
+            )
+            mark = now
+            run_event(Event.EVAL_BATCH_END)
+        metrics = state.eval_metrics.setdefault(label, {})
+        if self._eval_count:
+            metrics["loss"] = self._eval_loss / self._eval_count
+            self.logger.log_metrics({f"metrics/{label}/loss": metrics["loss"]})
+        run_event(Event.EVAL_END)
+        self._mode, state.dataloader, state.dataloader_label, state.dataloader_len = saved
+
+    def predict(self, dataloader: Iterable[Any]) -> Iterator[Any]:
+        """Yield the batches of ``dataloader`` between the predict events."""
+        state, run_event = self.state, self.engine.run_event
+        saved = self._mode
+        self._mode = "predict"
+        state.dataloader, state.dataloader_label = dataloader, "predict"
+        run_event(Event.PREDICT_START)
+        for batch in dataloader:
+            self._set_batch(batch)
+            run_event(Event.PREDICT_BATCH_START)
+            yield state.batch
+            run_event(Event.PREDICT_BATCH_END)
+        run_event(Event.PREDICT_END)
+        self._mode = saved
+
+
+def _combine(parts: list[tuple[Any, float | None]]) -> Any:
+    if len(parts) == 1 and parts[0][1] is None:
+        return parts[0][0]
+    if any(w is not None for _, w in parts):
+        total = None
+        for loss, w in parts:
+            term = loss * (1.0 if w is None else w)
+            total = term if total is None else total + term
+        return total
+    total = parts[0][0]
+    for loss, _ in parts[1:]:
+        total = total + loss
+    return total / len(parts)
+
+
+@contextmanager
+def _null() -> Iterator[None]:
+    yield

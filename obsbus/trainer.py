@@ -1,0 +1,268 @@
+"""The reference PyTorch training loop: small, real, and fires every event."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from obsbus._batch import split_batch
+from obsbus.callback import Callback
+from obsbus.logger import LoggerDestination
+from obsbus.run import EvalInterval, Run
+from obsbus.state import State
+from obsbus.time import Time, TimeLike, TimeUnit
+
+__all__ = ["Trainer"]
+
+
+class Trainer:
+    """Train a ``torch.nn.Module`` with every obsbus event fired in order.
+
+    The event order is documented on :class:`~obsbus.Event`. The Trainer is
+    built on :class:`~obsbus.Run`, so a hand-written loop under ``Run`` sees
+    the same events and ``State``.
+
+    Args:
+        model: the module. With ``loss_fn``, batches are ``(inputs, targets)``
+            and the loss is ``loss_fn(model(inputs), targets)``; without it,
+            the loss is ``model.loss(outputs, batch)``, ``outputs["loss"]`` or
+            ``outputs.loss`` (Hugging Face style), with ``outputs = model(batch)``.
+        train_dataloader: any iterable of batches (tensors, tuples, dicts).
+        max_duration: when to stop: ``"2ep"``, ``"100ba"``, ``"10000sp"``,
+            ``"1e6tok"``, ``"10m"``; a bare int means epochs.
+        optimizers: an optimizer or a list; default ``AdamW(lr=1e-3)``.
+        schedulers: LR schedulers, stepped after every batch.
+        loss_fn: see ``model``.
+        eval_dataloader: one dataloader, or ``{label: dataloader}``.
+        eval_interval: ``"1ep"``, ``"500ba"`` or ``f(state, event) -> bool``.
+        callbacks: monitors and other :class:`~obsbus.Callback` s.
+        loggers: :class:`~obsbus.LoggerDestination` s.
+        profiler: reserved for the profiler (``obsbus.profiler``).
+        run_name: the run's name (default: ``{user}-{time}-{pid}``).
+        device: ``"cpu"``, ``"cuda"``, ... (default: CUDA if available).
+        grad_accum: microbatches per batch; the batch is split along dim 0.
+        num_samples_fn: samples in a batch (default: first tensor's dim 0).
+        num_tokens_fn: tokens in a batch (default: ``input_ids.numel()``, else 0).
+        hparams: extra hyperparameters to log.
+        strict: make destination failures raise (for tests).
+
+    Example:
+        >>> import torch
+        >>> from obsbus.loggers import InMemoryLogger
+        >>> data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
+        >>> mem = InMemoryLogger()
+        >>> with Trainer(torch.nn.Linear(4, 1), data, "2ep", loss_fn=torch.nn.functional.mse_loss,
+        ...              eval_dataloader=data, loggers=[mem], device="cpu") as trainer:
+        ...     trainer.fit()
+        >>> trainer.state.timestamp.batch, len(mem.get_timeseries("metrics/eval/loss")["batch"])
+        (Time(8, 'ba'), 2)
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        train_dataloader: Iterable[Any],
+        max_duration: TimeLike,
+        optimizers: Any = None,
+        schedulers: Any = None,
+        loss_fn: Callable[..., Any] | None = None,
+        eval_dataloader: Iterable[Any] | Mapping[str, Iterable[Any]] | None = None,
+        eval_interval: EvalInterval = "1ep",
+        callbacks: Iterable[Callback] = (),
+        loggers: Iterable[LoggerDestination] = (),
+        profiler: Any = None,
+        run_name: str | None = None,
+        device: str | torch.device | None = None,
+        grad_accum: int = 1,
+        *,
+        num_samples_fn: Callable[[Any], int] | None = None,
+        num_tokens_fn: Callable[[Any], int] | None = None,
+        hparams: dict[str, Any] | None = None,
+        strict: bool = False,
+    ) -> None:
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {model!r}.")
+        if train_dataloader is None or not hasattr(train_dataloader, "__iter__"):
+            raise TypeError(f"train_dataloader must be iterable, got {train_dataloader!r}.")
+        if profiler is not None:
+            raise NotImplementedError(
+                "The profiler is not built yet (obsbus.profiler); pass profiler=None."
+            )
+        self.device = torch.device(
+            device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+        )
+        model.to(self.device)
+        self.model = model
+        self.loss_fn = loss_fn
+        self.train_dataloader = train_dataloader
+        if eval_dataloader is None:
+            self.eval_dataloaders: dict[str, Iterable[Any]] = {}
+        elif isinstance(eval_dataloader, Mapping):
+            self.eval_dataloaders = dict(eval_dataloader)
+        else:
+            self.eval_dataloaders = {"eval": eval_dataloader}
+        if optimizers is None:
+            optimizers = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        duration = Time.from_input(max_duration, default_unit=TimeUnit.EPOCH)
+        info = {
+            "max_duration": str(duration),
+            "grad_accum": grad_accum,
+            "device": str(self.device),
+            "optimizers": [
+                type(o).__name__
+                for o in (optimizers if isinstance(optimizers, (list, tuple)) else [optimizers])
+            ],
+        }
+        self._run = Run(
+            model=model,
+            optimizers=optimizers,
+            schedulers=schedulers,
+            max_duration=duration,
+            callbacks=callbacks,
+            loggers=loggers,
+            run_name=run_name,
+            device=self.device,
+            grad_accum=grad_accum,
+            hparams={**info, **(hparams or {})},
+            num_samples_fn=num_samples_fn,
+            num_tokens_fn=num_tokens_fn,
+            eval_interval=eval_interval if self.eval_dataloaders else None,
+            eval_fn=self._evaluate if self.eval_dataloaders else None,
+            strict=strict,
+        )
+
+    @property
+    def state(self) -> State:
+        return self._run.state
+
+    @property
+    def run(self) -> Run:
+        """The :class:`~obsbus.Run` this trainer drives (its logger and engine)."""
+        return self._run
+
+    @property
+    def logger(self) -> Any:
+        return self._run.logger
+
+    @property
+    def engine(self) -> Any:
+        return self._run.engine
+
+    def fit(self, *, duration: TimeLike | None = None) -> None:
+        """Train until ``max_duration``; ``duration`` extends it by that much more."""
+        state = self.state
+        if duration is not None:
+            extra = Time.from_input(duration, default_unit=TimeUnit.EPOCH)
+            state.max_duration = state.timestamp.get(extra.unit) + extra
+        with self._run.fitting():
+            for batch in self._run.train(self.train_dataloader):
+                self._train_batch(batch)
+
+    def _train_batch(self, batch: Any) -> None:
+        run, state = self._run, self.state
+        self.model.train()
+        for opt in state.optimizers:
+            opt.zero_grad(set_to_none=True)
+        total = state.batch_num_samples
+        for micro in split_batch(batch, state.grad_accum):
+            weight = run._num_samples(micro) / total if total else 1.0
+            inputs = micro[0] if self.loss_fn is not None else micro
+            outputs = run.forward(self.model, inputs)
+            loss = run.loss(self._compute_loss, outputs, micro, weight=weight)
+            run.backward(loss * weight if weight != 1.0 else loss)
+        for opt in state.optimizers:
+            opt.step()
+        for sched in state.schedulers:
+            sched.step()
+
+    def _compute_loss(self, outputs: Any, batch: Any) -> Any:
+        if self.loss_fn is not None:
+            if not isinstance(batch, (tuple, list)) or len(batch) < 2:
+                raise TypeError(
+                    "With loss_fn, batches must be (inputs, targets) pairs; got a "
+                    f"{type(batch).__name__}. To fix, yield (inputs, targets) or drop loss_fn "
+                    "and give the model a loss(outputs, batch) method."
+                )
+            return self.loss_fn(outputs, batch[1])
+        model_loss = getattr(self.model, "loss", None)
+        if callable(model_loss):
+            return model_loss(outputs, batch)
+        if isinstance(outputs, Mapping) and "loss" in outputs:
+            return outputs["loss"]
+        if getattr(outputs, "loss", None) is not None:
+            return outputs.loss
+        raise TypeError(
+            f"Cannot compute a loss for {type(self.model).__name__}: no loss_fn was given, the "
+            "model has no loss(outputs, batch) method and its outputs carry no 'loss'. "
+            "To fix, pass loss_fn=..."
+        )
+
+    def _evaluate(self, run: Run) -> None:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for label, loader in self.eval_dataloaders.items():
+                    for batch in run.eval(loader, label):
+                        inputs = batch[0] if self.loss_fn is not None else batch
+                        outputs = run.forward(self.model, inputs)
+                        run.loss(self._compute_loss, outputs, batch)
+        finally:
+            self.model.train(was_training)
+
+    def eval(
+        self, eval_dataloader: Iterable[Any] | None = None, label: str = "eval"
+    ) -> dict[str, dict[str, Any]]:
+        """Evaluate outside fit (``eval_standalone_start`` ... ``eval_standalone_end``).
+
+        Evaluates ``eval_dataloader`` if given, else every eval dataloader of the
+        trainer. Returns ``state.eval_metrics``.
+        """
+        loaders = {label: eval_dataloader} if eval_dataloader is not None else self.eval_dataloaders
+        if not loaders:
+            raise ValueError(
+                "No eval dataloader: pass one to eval() or to Trainer(eval_dataloader=...)."
+            )
+        saved, self.eval_dataloaders = self.eval_dataloaders, dict(loaders)
+        try:
+            with self._run.evaluating():
+                self._evaluate(self._run)
+        finally:
+            self.eval_dataloaders = saved
+        return self.state.eval_metrics
+
+    def predict(self, dataloader: Iterable[Any]) -> list[Any]:
+        """Run the model over ``dataloader``; return every batch's outputs (detached)."""
+        outputs: list[Any] = []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                for batch in self._run.predict(dataloader):
+                    inputs = (
+                        batch[0]
+                        if self.loss_fn is not None and isinstance(batch, (tuple, list))
+                        else batch
+                    )
+                    outputs.append(self._run.forward(self.model, inputs))
+        finally:
+            self.model.train(was_training)
+        return outputs
+
+    def close(self) -> None:
+        """Close every callback and destination (idempotent)."""
+        self._run.close()
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
