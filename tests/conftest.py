@@ -1,0 +1,18 @@
+"""Shared fixtures: every test runs in its own temporary directory."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolate(tmp_path, monkeypatch):
+    """Run each test in a fresh directory with no launcher environment leaking in."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
+                 "OBSBUS_RUN_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    yield
