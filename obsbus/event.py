@@ -41,7 +41,8 @@ class Event(StrEnum):
                     after_backward
                 optimizer.step(); scheduler.step()
                 after_train_batch
-                # timestamp advanced: timestamp.batch counts this batch
+                # timestamp advanced: timestamp.batch counts this batch, and
+                # loss/train/total is logged at that step
                 batch_end
                 if eval is due (batch interval): <eval in fit>
                 batch_checkpoint

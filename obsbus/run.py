@@ -203,12 +203,12 @@ class Run:
     def train(self, dataloader: Iterable[Any]) -> Iterator[Any]:
         """Yield training batches, epoch after epoch, until ``max_duration`` or a stop."""
         self._require_fitting("train")
-        while True:
+        while not self.state.is_done():
             empty = True
             for batch in self.epoch(dataloader):
                 empty = False
                 yield batch
-            if self.state.max_duration is None or self.state.is_done() or empty:
+            if self.state.max_duration is None or empty:
                 return
 
     def epoch(self, dataloader: Iterable[Any]) -> Iterator[Any]:
@@ -257,10 +257,12 @@ class Run:
         if state.loss is not None:
             detached = getattr(state.loss, "detach", None)
             state.loss = detached() if callable(detached) else state.loss
-            self.logger.log_metrics({"loss/train/total": state.loss})
         run_event(Event.AFTER_TRAIN_BATCH)
         samples, tokens = state.batch_num_samples, state.batch_num_tokens
         self._tick(lambda ts, d: ts.to_next_batch(samples, tokens, d))
+        if state.loss is not None:
+            # Logged once the batch is counted, so its step matches what monitors log at batch_end.
+            self.logger.log_metrics({"loss/train/total": state.loss})
         run_event(Event.BATCH_END)
         self._maybe_eval(Event.BATCH_END)
         run_event(Event.BATCH_CHECKPOINT)

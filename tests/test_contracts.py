@@ -1,0 +1,93 @@
+"""Contracts every exported callback and destination keeps, found automatically.
+
+A plug-in added to ``obsbus.callbacks.__all__`` or ``obsbus.loggers.__all__``
+is covered here without editing this file; one that needs constructor
+arguments gets a row in ``CONSTRUCTOR_KWARGS``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+
+import pytest
+import torch.nn.functional as F
+
+import obsbus.callbacks
+import obsbus.loggers
+from obsbus import Callback, LoggerDestination, Run, Trainer
+
+from .helpers import regression_data, tiny_model
+
+#: Arguments for plug-ins that can't be built with none (name -> kwargs factory).
+CONSTRUCTOR_KWARGS: dict[str, dict] = {}
+
+
+def exported_plugins():
+    found = []
+    for module in (obsbus.callbacks, obsbus.loggers):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj) and issubclass(obj, Callback):
+                found.append(obj)
+    return found
+
+
+PLUGINS = exported_plugins()
+
+
+def build(cls):
+    return cls(**CONSTRUCTOR_KWARGS.get(cls.__name__, {}))
+
+
+def split(plugin):
+    return ([], [plugin]) if isinstance(plugin, LoggerDestination) else ([plugin], [])
+
+
+def test_discovery_finds_the_first_destinations():
+    names = {cls.__name__ for cls in PLUGINS}
+    assert {"InMemoryLogger", "ConsoleLogger"} <= names
+
+
+@pytest.mark.parametrize("cls", PLUGINS, ids=lambda c: c.__name__)
+def test_exported_in_sorted_all(cls):
+    module = obsbus.loggers if issubclass(cls, LoggerDestination) else obsbus.callbacks
+    assert module.__all__ == sorted(module.__all__)
+
+
+@pytest.mark.parametrize("cls", PLUGINS, ids=lambda c: c.__name__)
+def test_two_fits_in_a_row_and_close_twice(cls):
+    plugin = build(cls)
+    callbacks, loggers = split(plugin)
+    trainer = Trainer(tiny_model(), regression_data(3), "1ep", loss_fn=F.mse_loss,
+                      eval_dataloader=regression_data(2, seed=1), callbacks=callbacks,
+                      loggers=loggers, device="cpu", strict=True)
+    trainer.fit()
+    trainer.fit(duration="2ba")
+    assert trainer.state.timestamp.batch == "5ba"
+    trainer.close()
+    trainer.close()
+
+
+@pytest.mark.parametrize("cls", PLUGINS, ids=lambda c: c.__name__)
+def test_works_under_run(cls):
+    plugin = build(cls)
+    callbacks, loggers = split(plugin)
+    model = tiny_model()
+    with Run(model=model, max_duration="3ba", callbacks=callbacks, loggers=loggers,
+             strict=True) as run:
+        for x, y in run.train(regression_data(3)):
+            run.backward(run.loss(F.mse_loss, run.forward(model, x), y))
+    assert run.engine.closed
+
+
+@pytest.mark.parametrize("cls", PLUGINS, ids=lambda c: c.__name__)
+def test_state_dict_pickles_and_loads(cls):
+    plugin = build(cls)
+    state = pickle.loads(pickle.dumps(plugin.state_dict()))
+    build(cls).load_state_dict(state)
+
+
+@pytest.mark.parametrize("cls", PLUGINS, ids=lambda c: c.__name__)
+def test_documented_with_an_example(cls):
+    assert cls.__doc__ and "Example" in cls.__doc__
