@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The test command: set up .venv (torch==2.13.0 first, then obsbus with its test
+# extra) if needed, then run the test suite. Arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+# torch first: 2.13.0 is the CPU build on this machine's disk; any other pulls CUDA.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+exec .venv/bin/python -m pytest "$@"
