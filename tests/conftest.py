@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 
@@ -14,5 +12,4 @@ def _isolate(tmp_path, monkeypatch):
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK",
                  "OBSBUS_RUN_NAME"):
         monkeypatch.delenv(name, raising=False)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    yield
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")

@@ -138,7 +138,7 @@ def test_failing_destination_is_contained_and_reported_once(caplog):
 def test_strict_logger_raises_destination_errors():
     bad = RecordingDestination("bad", [], fail_on={"batch_end"})
     engine = make_engine([], [bad], strict=True)
-    with pytest.raises(DestinationError, match="bad.batch_end failed"):
+    with pytest.raises(DestinationError, match=r"bad\.batch_end failed"):
         engine.run_event(Event.BATCH_END)
 
 

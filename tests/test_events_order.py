@@ -187,10 +187,11 @@ def test_exception_event_fires_and_the_error_reaches_the_caller():
         def exception(self, state, logger):
             seen.append(state.exception)
 
-    with Trainer(tiny_model(), regression_data(4), "1ep", loss_fn=F.mse_loss,
-                 callbacks=[Boom(), counter, Watch()], device="cpu") as trainer:
-        with pytest.raises(RuntimeError, match="boom at batch 2"):
-            trainer.fit()
+    trainer = Trainer(tiny_model(), regression_data(4), "1ep", loss_fn=F.mse_loss,
+                      callbacks=[Boom(), counter, Watch()], device="cpu")
+    with pytest.raises(RuntimeError, match="boom at batch 2"):
+        trainer.fit()
+    trainer.close()
     assert counter.counts[Event.EXCEPTION] == 1
     assert counter.counts[Event.FIT_END] == 0
     assert isinstance(seen[0], RuntimeError)
