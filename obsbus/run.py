@@ -156,22 +156,33 @@ class Run:
             self.state.exception = None
             self._mark = time.perf_counter()
             try:
-                self.engine.run_event(Event.FIT_START)
-                self.engine.run_event(Event.ITERATION_START)
-                yield self
-                self._tick(lambda ts, d: ts.to_next_iteration(d))
-                self.engine.run_event(Event.ITERATION_END)
-                self.engine.run_event(Event.ITERATION_CHECKPOINT)
-                self.engine.run_event(Event.FIT_END)
-            except BaseException as exc:
-                self._on_exception(exc)
-                raise
+                with self.guard():
+                    self.engine.run_event(Event.FIT_START)
+                    self.engine.run_event(Event.ITERATION_START)
+                    yield self
+                    self._tick(lambda ts, d: ts.to_next_iteration(d))
+                    self.engine.run_event(Event.ITERATION_END)
+                    self.engine.run_event(Event.ITERATION_CHECKPOINT)
+                    self.engine.run_event(Event.FIT_END)
             finally:
                 self._fitting = False
 
-    def _on_exception(self, exc: BaseException) -> None:
-        self.state.exception = exc
-        self.engine.run_event(Event.EXCEPTION)
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Fire ``exception`` (once per error) if the block raises, then re-raise.
+
+        ``fitting()`` and ``evaluating()`` use it; wrap other work (prediction,
+        a standalone eval loop) in it so destinations flush on a crash there too.
+        """
+        try:
+            yield
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            if self.state.exception is not exc:
+                self.state.exception = exc
+                self.engine.run_event(Event.EXCEPTION)
+            raise
 
     def __enter__(self) -> Run:
         self._fit_cm = self.fitting()
@@ -356,9 +367,10 @@ class Run:
         )
         self._in_eval_group = True
         try:
-            self.engine.run_event(start)
-            yield
-            self.engine.run_event(end)
+            with self.guard():
+                self.engine.run_event(start)
+                yield
+                self.engine.run_event(end)
         finally:
             self._in_eval_group = False
 

@@ -240,7 +240,7 @@ class Trainer:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad():
+            with self._run.guard(), torch.no_grad():
                 for batch in self._run.predict(dataloader):
                     inputs = (
                         batch[0]

@@ -244,3 +244,35 @@ def test_tokens_are_counted_with_a_user_function():
         trainer.fit()
     assert trainer.state.timestamp.token == 30
     assert trainer.state.timestamp.sample == 12
+
+
+@pytest.mark.parametrize("where", ["eval", "predict"])
+def test_exception_event_fires_outside_fit_too(where):
+    class Boom(Callback):
+        def eval_after_forward(self, state, logger):
+            raise ValueError("bad eval batch")
+
+        def predict_after_forward(self, state, logger):
+            raise ValueError("bad predict batch")
+
+    counter = EventCounter()
+    trainer = make_trainer(counter)
+    trainer.engine.add_callback(Boom())
+    with pytest.raises(ValueError, match=f"bad {where} batch"):
+        trainer.eval() if where == "eval" else trainer.predict(regression_data(2))
+    trainer.close()
+    assert counter.counts[Event.EXCEPTION] == 1
+
+
+def test_exception_inside_fit_eval_fires_the_event_once():
+    class Boom(Callback):
+        def eval_batch_end(self, state, logger):
+            raise ValueError("eval broke")
+
+    counter = EventCounter()
+    trainer = make_trainer(counter)
+    trainer.engine.add_callback(Boom())
+    with pytest.raises(ValueError, match="eval broke"):
+        trainer.fit()
+    trainer.close()
+    assert counter.counts[Event.EXCEPTION] == 1

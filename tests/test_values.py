@@ -1,0 +1,81 @@
+"""Values become numbers all at once, and never on a step that does not log."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from obsbus import Callback, Trainer
+from obsbus.loggers import ConsoleLogger, InMemoryLogger
+from obsbus.values import to_host, to_host_async
+
+from .helpers import regression_data, tiny_model
+
+SYNCS = {"item", "tolist", "__float__", "__int__", "__bool__", "cpu", "numpy", "__index__"}
+
+
+class SyncSpy(TorchFunctionMode):
+    """Records every tensor-to-host conversion made while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in SYNCS:
+            self.calls.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def test_one_transfer_for_many_values():
+    values = {f"m{i}": torch.tensor(float(i)) for i in range(20)}
+    values["count"] = torch.tensor(7)
+    values["flag"] = torch.tensor(True)
+    values["vector"] = torch.tensor([1.0, 2.0])
+    values["plain"] = 0.5
+    with SyncSpy() as spy:
+        out = to_host(values)
+    assert spy.calls == ["tolist"]
+    assert list(out) == list(values)
+    assert out["m3"] == 3.0 and isinstance(out["count"], int) and out["flag"] is True
+    assert out["vector"] == [1.0, 2.0] and out["plain"] == 0.5
+
+
+def test_async_result_is_a_snapshot():
+    t = torch.tensor(1.0)
+    pending = to_host_async({"t": t})
+    t.add_(41)  # a loop reusing its accumulator must not change what was logged
+    assert pending.result() == {"t": 1.0}
+
+
+class SyncsPerBatch(Callback):
+    """Attributes each host conversion to the batch during which it happened."""
+
+    def __init__(self, spy):
+        self.spy, self.per_batch, self._seen = spy, {}, 0
+
+    def batch_checkpoint(self, state, logger):
+        calls = self.spy.calls[self._seen:]
+        self._seen = len(self.spy.calls)
+        self.per_batch[state.timestamp.batch.value] = calls
+
+
+def test_training_steps_that_do_not_log_never_sync():
+    spy = SyncSpy()
+    recorder = SyncsPerBatch(spy)
+    model = tiny_model()
+    trainer = Trainer(model, regression_data(8), "1ep", loss_fn=F.mse_loss,
+                      optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
+                      callbacks=[recorder], device="cpu",
+                      loggers=[InMemoryLogger(), ConsoleLogger(log_interval="4ba", stream="stdout")])
+    with spy:
+        trainer.fit()
+    trainer.close()
+    assert set(recorder.per_batch) == set(range(1, 9))
+    for batch, calls in recorder.per_batch.items():
+        if batch % 4:
+            assert calls == [], f"batch {batch} synced: {calls}"
+        else:
+            assert calls == ["tolist"], f"batch {batch}: {calls}"
