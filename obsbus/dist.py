@@ -89,8 +89,10 @@ def get_local_rank() -> int:
 
 def get_node_rank() -> int:
     """The index of this node."""
-    default = get_rank() // max(get_local_world_size(), 1)
-    return _env_int("NODE_RANK", _env_int("GROUP_RANK", default))
+    for name in ("NODE_RANK", "GROUP_RANK"):
+        if os.environ.get(name, "").strip():
+            return _env_int(name, 0)
+    return get_rank() // max(get_local_world_size(), 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,11 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     """
     if op not in _REDUCE_OPS:
         raise ValueError(f"Unknown reduce op {op!r}; accepted: {', '.join(_REDUCE_OPS)}.")
+    if op == "mean" and not (tensor.is_floating_point() or tensor.is_complex()):
+        raise TypeError(
+            f"all_reduce(op='mean') needs a floating-point tensor, got {tensor.dtype}. "
+            "To fix, reduce with op='sum' and divide, or convert with tensor.float()."
+        )
     dist = _torch_dist()
     if dist is None or dist.get_world_size() == 1:
         return tensor

@@ -97,6 +97,9 @@ class Time:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Time is immutable")
 
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("Time is immutable")
+
     @classmethod
     def from_timestring(cls, text: str) -> Time:
         """Parse a time string: ``"100ba"``, ``"2ep"``, ``"0.5dur"``, ``"1h30m"``, ...
@@ -117,9 +120,13 @@ class Time:
                     f"Invalid time {text!r}: time must not be negative; expected {_ACCEPTED}."
                 )
             num_text = match["num"].replace("_", "")
-            num = float(num_text)
-            integral = num.is_integer() and (unit in _INTEGRAL_UNITS or "." not in num_text)
-            value: Number = int(num) if integral else num
+            value: Number
+            if num_text.isdigit():
+                value = int(num_text)  # exact, however large
+            else:
+                num = float(num_text)
+                integral = num.is_integer() and (unit in _INTEGRAL_UNITS or "." not in num_text)
+                value = int(num) if integral else num
             return cls(_check_value(value, unit, text), unit)
         clock = _CLOCK_RE.match(compact)
         if compact and clock is not None and any(clock.groupdict().values()):
@@ -313,6 +320,10 @@ class Timestamp:
         for name in _COUNTERS:
             value = values[name]
             if isinstance(value, Time):
+                if value.unit is not _COUNTER_UNITS[name]:
+                    raise ValueError(
+                        f"Timestamp {name} must be in {_COUNTER_UNITS[name].value}, got {value}."
+                    )
                 value = value.value
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"Timestamp {name} must be a non-negative int, got {value!r}.")
