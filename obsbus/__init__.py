@@ -16,6 +16,7 @@ from obsbus.event import Event
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.naming import format_name
 from obsbus.run import Run
+from obsbus.run_folder import RunFolder
 from obsbus.state import State
 from obsbus.time import Time, Timestamp, TimeUnit
 from obsbus.writer import BackgroundWriter
@@ -36,6 +37,7 @@ __all__ = [
     "ObsbusError",
     "ObsbusWarning",
     "Run",
+    "RunFolder",
     "State",
     "Time",
     "TimeUnit",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -14,6 +15,7 @@ from obsbus.callback import Callback
 from obsbus.engine import Engine
 from obsbus.event import Event
 from obsbus.logger import Logger, LoggerDestination
+from obsbus.run_folder import RunFolder
 from obsbus.state import State
 from obsbus.time import Time, TimeLike, Timestamp, TimeUnit
 
@@ -96,6 +98,7 @@ class Run:
         device: Any = None,
         grad_accum: int = 1,
         hparams: dict[str, Any] | None = None,
+        run_folder: str | os.PathLike[str] | RunFolder | None = None,
         num_samples_fn: Callable[[Any], int] | None = None,
         num_tokens_fn: Callable[[Any], int] | None = None,
         eval_interval: EvalInterval | None = None,
@@ -127,6 +130,7 @@ class Run:
             device=device,
             grad_accum=grad_accum,
             hparams=hparams,
+            run_folder=run_folder,
         )
         self.logger = Logger(self.state, loggers, strict=strict)
         self.engine = Engine(self.state, self.logger, callbacks)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 import time as _time
 from collections.abc import Sequence
 from typing import Any
 
 from obsbus import dist
+from obsbus.run_folder import RunFolder, os_user
 from obsbus.time import Time, TimeLike, Timestamp, TimeUnit
 
 __all__ = ["State", "default_run_name"]
@@ -23,11 +23,7 @@ def default_run_name() -> str:
     env = os.environ.get("OBSBUS_RUN_NAME")
     if env:
         return env
-    try:
-        user = getpass.getuser()
-    except Exception:  # no passwd entry in some containers
-        user = "user"
-    return f"{user}-{_time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    return f"{os_user()}-{_time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -46,6 +42,8 @@ class State:
 
     Attributes:
         run_name: the run's name, used in file names.
+        run_folder: the :class:`~obsbus.RunFolder` where the run's files live
+            (default ``./runs/default/{user}/{run_name}``).
         rank_info: rank, local rank, world size, local world size, node rank.
         timestamp: how far training has got (:class:`~obsbus.Timestamp`).
         eval_timestamp: how far the current evaluation has got.
@@ -86,12 +84,14 @@ class State:
         device: Any = None,
         grad_accum: int = 1,
         hparams: dict[str, Any] | None = None,
+        run_folder: str | os.PathLike[str] | RunFolder | None = None,
     ) -> None:
         if run_name is not None and (not isinstance(run_name, str) or not run_name):
             raise ValueError(f"run_name must be a non-empty str, got {run_name!r}.")
         if isinstance(grad_accum, bool) or not isinstance(grad_accum, int) or grad_accum < 1:
             raise ValueError(f"grad_accum must be a positive int, got {grad_accum!r}.")
         self.run_name: str = run_name or default_run_name()
+        self.run_folder = RunFolder.coerce(run_folder, self.run_name)
         self.rank_info: dist.RankInfo = dist.rank_info()
         self.timestamp = Timestamp()
         self.eval_timestamp = Timestamp()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any
@@ -12,6 +13,7 @@ from obsbus._batch import split_batch
 from obsbus.callback import Callback
 from obsbus.logger import LoggerDestination
 from obsbus.run import EvalInterval, Run
+from obsbus.run_folder import RunFolder
 from obsbus.state import State
 from obsbus.time import Time, TimeLike, TimeUnit
 
@@ -47,6 +49,8 @@ class Trainer:
         num_samples_fn: samples in a batch (default: first tensor's dim 0).
         num_tokens_fn: tokens in a batch (default: ``input_ids.numel()``, else 0).
         hparams: extra hyperparameters to log.
+        run_folder: where the run's files go: a path or a
+            :class:`~obsbus.RunFolder` (default ``./runs/default/{user}/{run_name}``).
         strict: make destination failures raise (for tests).
 
     Example:
@@ -81,6 +85,7 @@ class Trainer:
         num_samples_fn: Callable[[Any], int] | None = None,
         num_tokens_fn: Callable[[Any], int] | None = None,
         hparams: dict[str, Any] | None = None,
+        run_folder: str | os.PathLike[str] | RunFolder | None = None,
         strict: bool = False,
     ) -> None:
         if not isinstance(model, torch.nn.Module):
@@ -127,6 +132,7 @@ class Trainer:
             device=self.device,
             grad_accum=grad_accum,
             hparams={**info, **(hparams or {})},
+            run_folder=run_folder,
             num_samples_fn=num_samples_fn,
             num_tokens_fn=num_tokens_fn,
             eval_interval=eval_interval if self.eval_dataloaders else None,
