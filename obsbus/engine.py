@@ -38,8 +38,12 @@ class Engine:
     A callback's exception propagates: that is how a monitor stops a run. A
     destination's exception is contained by the logger's failure log:
     reported once with its name, counted, the rest go on (``strict=True`` on
-    the :class:`~obsbus.Logger` raises instead). At ``exception`` every
-    error is contained, so the original one reaches the caller.
+    the :class:`~obsbus.Logger` raises instead), with one exception: at
+    ``init``, before anything has run, a destination that can't set itself
+    up (a file it must not overwrite, a directory where a file should be)
+    raises, so a misconfigured run fails at once instead of losing its logs.
+    At ``exception`` every error is contained, so the original one reaches
+    the caller.
 
     Dispatch goes through a table, built once, of the plug-ins that override
     each hook; an event nobody handles costs one dict lookup.
@@ -113,13 +117,15 @@ class Engine:
         if event is Event.EXCEPTION:
             self._run_contained(event, cbs + dests)
             return
-        call = logger.failures.call
         if event is Event.INIT:
-            for dest, hook in dests:
-                call(dest, event.value, hook, state, logger)
+            # Nothing has run yet: a destination that can't set itself up (a
+            # file it must not clobber, a bad path) fails the run now, loudly.
+            for _, hook in dests:
+                hook(state, logger)
             for _, hook in cbs:
                 hook(state, logger)
             return
+        call = logger.failures.call
         for _, hook in cbs:
             hook(state, logger)
         for dest, hook in dests:

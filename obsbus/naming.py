@@ -10,7 +10,7 @@ from obsbus import dist
 if TYPE_CHECKING:
     from obsbus.state import State
 
-__all__ = ["PLACEHOLDERS", "format_name", "placeholder_values"]
+__all__ = ["PLACEHOLDERS", "check_placeholders", "format_name", "placeholder_values"]
 
 #: The placeholders every obsbus file name may use. Time placeholders take
 #: the state's timestamp when one is known.
@@ -82,3 +82,36 @@ def format_name(template: str, state: State | None = None, **values: Any) -> str
             conv = f"!{conversion}" if conversion else ""
             out.append("{" + field + conv + (f":{spec}" if spec else "") + "}")
     return "".join(out)
+
+
+def check_placeholders(template: str, what: str, allowed: tuple[str, ...] = PLACEHOLDERS) -> str:
+    """Return ``template`` if every placeholder in it is one of ``allowed``.
+
+    Destinations call it at construction, so a typo fails before the run starts.
+
+    Raises:
+        TypeError: ``template`` is not a str.
+        ValueError: an unknown placeholder; the message lists the accepted ones.
+
+    Example:
+        >>> check_placeholders("{run_name}/rank{rank}.txt", "FileLogger filename")
+        '{run_name}/rank{rank}.txt'
+        >>> check_placeholders("{rnak}.txt", "FileLogger filename")
+        Traceback (most recent call last):
+        ...
+        ValueError: FileLogger filename '{rnak}.txt' uses unknown placeholder {rnak}; accepted: ...
+    """
+    if not isinstance(template, str) or not template:
+        raise TypeError(f"{what} must be a non-empty str, got {template!r}.")
+    try:
+        fields = [field for _, field, _, _ in _FORMATTER.parse(template) if field is not None]
+    except ValueError as exc:
+        raise ValueError(f"{what} {template!r} is not a valid template: {exc}.") from None
+    for field in fields:
+        if field not in allowed:
+            raise ValueError(
+                f"{what} {template!r} uses unknown placeholder {{{field}}}; accepted: "
+                + ", ".join("{" + name + "}" for name in allowed)
+                + ". To fix, correct the name, or double the braces for a literal brace."
+            )
+    return template

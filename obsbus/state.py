@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import time as _time
 from collections.abc import Sequence
 from typing import Any
@@ -15,15 +16,19 @@ __all__ = ["State", "default_run_name"]
 
 
 def default_run_name() -> str:
-    """A run name unique enough for a folder: ``{user}-{yyyymmdd-hhmmss}-{pid}``.
+    """A run name unique enough for a folder: ``{user}-{yyyymmdd-hhmmss}-{6 hex}``.
 
-    On several ranks every rank must agree on the run name; pass ``run_name``
-    explicitly there (or set ``OBSBUS_RUN_NAME``), since process ids differ.
+    ``$OBSBUS_RUN_NAME`` wins when set. On several ranks, every rank takes
+    rank 0's name when ``torch.distributed`` is initialized; before that,
+    set ``OBSBUS_RUN_NAME`` (or pass ``run_name``) so all ranks agree.
     """
     env = os.environ.get("OBSBUS_RUN_NAME")
     if env:
         return env
-    return f"{os_user()}-{_time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    name = f"{os_user()}-{_time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        name = dist.all_gather_object(name)[0]
+    return name
 
 
 def _as_list(value: Any) -> list[Any]:

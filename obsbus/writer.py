@@ -56,14 +56,13 @@ class BackgroundWriter:
             raise ValueError(f"max_queue_size must be a positive int, got {max_queue_size!r}.")
         self.name = name
         self.max_queue_size = max_queue_size
+        self._owns_failures = failures is None
         self.failures = failures or FailureLog()
         self.blocked_submits = 0
-        self._queue: queue.Queue[Any] = queue.Queue(max_queue_size)
-        self._thread: threading.Thread | None = None
+        self._worker: _Worker | None = None
         self._lock = threading.Lock()
-        # Each counter is written by one thread only, so no lock is needed.
-        self._submitted = 0
-        self._done = 0
+        # One write at a time, even while an abandoned thread finishes a hung write.
+        self._run_lock = threading.Lock()
 
     @property
     def failure_count(self) -> int:
@@ -73,45 +72,49 @@ class BackgroundWriter:
     @property
     def pending(self) -> int:
         """Writes submitted and not yet finished."""
-        return self._submitted - self._done
+        worker = self._worker
+        return 0 if worker is None else worker.submitted - worker.done
 
-    def _ensure_thread(self) -> None:
+    def _ensure_worker(self) -> _Worker:
         with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._queue = queue.Queue(self.max_queue_size)
-            self._submitted = self._done = 0
-            self._thread = threading.Thread(
-                target=self._loop,
-                args=(self._queue,),
-                name=f"obsbus-writer-{self.name}",
-                daemon=True,
+            worker = self._worker
+            if worker is not None and worker.thread.is_alive():
+                return worker
+            worker = _Worker(self.max_queue_size)
+            worker.thread = threading.Thread(
+                target=self._loop, args=(worker,), name=f"obsbus-writer-{self.name}", daemon=True
             )
-            self._thread.start()
+            self._worker = worker
+            worker.thread.start()
+            return worker
 
-    def _loop(self, q: queue.Queue[Any]) -> None:
+    def _loop(self, worker: _Worker) -> None:
         while True:
-            item = q.get()
+            item = worker.queue.get()
             if item is _STOP:
                 return
             if isinstance(item, threading.Event):
                 item.set()
                 continue
+            if worker.abandoned:  # close() gave up on these and said so
+                worker.done += 1
+                continue
             fn, args = item
             try:
-                fn(*args)
+                with self._run_lock:
+                    fn(*args)
             except Exception as exc:
                 self.failures.report(self.name, getattr(fn, "__name__", "write"), exc)
             finally:
-                self._done += 1
+                worker.done += 1
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Queue ``fn(*args)``; blocks (and reports once) when the queue is full."""
-        self._ensure_thread()
-        self._submitted += 1
+        worker = self._ensure_worker()
+        worker.submitted += 1
         item = (fn, args)
         try:
-            self._queue.put_nowait(item)
+            worker.queue.put_nowait(item)
         except queue.Full:
             self.blocked_submits += 1
             if self.blocked_submits == 1:
@@ -121,24 +124,25 @@ class BackgroundWriter:
                     self.name,
                     self.max_queue_size,
                 )
-            self._queue.put(item)
+            worker.queue.put(item)
 
-    def _put_marker(self, marker: Any, deadline: float | None) -> bool:
+    @staticmethod
+    def _put_marker(worker: _Worker, marker: Any, deadline: float | None) -> bool:
         try:
             timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            self._queue.put(marker, timeout=timeout)
+            worker.queue.put(marker, timeout=timeout)
             return True
         except queue.Full:
             return False
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every write submitted so far has run; ``False`` on timeout."""
-        thread = self._thread
-        if thread is None or not thread.is_alive():
+        worker = self._worker
+        if worker is None or not worker.thread.is_alive():
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
         done = threading.Event()
-        if not self._put_marker(done, deadline):
+        if not self._put_marker(worker, done, deadline):
             return False
         remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         return done.wait(remaining)
@@ -146,26 +150,45 @@ class BackgroundWriter:
     def close(self, timeout: float | None = 30.0) -> bool:
         """Flush and stop the thread, waiting at most ``timeout`` s; ``False`` if writes were left.
 
-        What could not be written in time is reported by count. Failures are
-        summarized. Safe to call twice.
+        Writes that could not run in time are reported by count and dropped
+        (the hung write itself finishes whenever its backend returns, but
+        nothing queued after it runs). Failures are summarized. Safe to call
+        twice; the next :meth:`submit` starts a fresh thread.
         """
-        thread = self._thread
-        if thread is None:
+        worker = self._worker
+        if worker is None:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
-        if thread.is_alive() and self._put_marker(_STOP, deadline):
+        if worker.thread.is_alive() and self._put_marker(worker, _STOP, deadline):
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            thread.join(remaining)
-        clean = not thread.is_alive()
+            worker.thread.join(remaining)
+        clean = not worker.thread.is_alive()
         if not clean:
+            worker.abandoned = True
             log.error(
-                "obsbus: %s did not finish within %.1fs; %d write(s) were not delivered.",
+                "obsbus: %s did not finish within %.1fs; %d write(s) were not delivered "
+                "(the one running is left to finish; the rest are dropped).",
                 self.name,
                 timeout,
-                self.pending,
+                worker.submitted - worker.done,
             )
-        self._thread = None
-        for line in self.failures.summary():
-            if line.startswith(self.name + " "):
+        with self._lock:
+            if self._worker is worker:
+                self._worker = None
+        if self._owns_failures:
+            for line in self.failures.summary():
                 log.warning("obsbus: %s", line)
         return clean
+
+
+class _Worker:
+    """One thread's queue and counters; each counter is written by one thread only."""
+
+    __slots__ = ("abandoned", "done", "queue", "submitted", "thread")
+
+    def __init__(self, max_queue_size: int) -> None:
+        self.queue: queue.Queue[Any] = queue.Queue(max_queue_size)
+        self.thread: threading.Thread
+        self.submitted = 0
+        self.done = 0
+        self.abandoned = False
