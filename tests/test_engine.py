@@ -212,3 +212,12 @@ def test_wrong_plugin_kinds_are_rejected(callbacks, loggers, match):
     state = State(run_name="t")
     with pytest.raises(TypeError, match=match):
         Engine(state, Logger(state, loggers), callbacks)
+
+
+def test_a_destination_that_cannot_set_up_fails_at_init():
+    class NoClobber(LoggerDestination):
+        def init(self, state, logger):
+            raise FileExistsError("metrics.txt already exists")
+
+    with pytest.raises(FileExistsError, match="already exists"):
+        make_engine([], [NoClobber()]).run_event(Event.INIT)
