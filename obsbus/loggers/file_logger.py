@@ -1,0 +1,338 @@
+"""Keep a run's metrics on disk: a text log and a JSON Lines file, written in the background."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO, cast
+
+from typing_extensions import override
+
+from obsbus.logger import Logger, LoggerDestination
+from obsbus.loggers.console_logger import format_value
+from obsbus.naming import check_placeholders
+from obsbus.state import State
+from obsbus.time import Time, TimeLike, TimeUnit
+from obsbus.values import HostValues, to_host_async
+from obsbus.writer import BackgroundWriter
+
+__all__ = ["FileLogger"]
+
+
+class _Tee(io.TextIOBase):
+    """Passes writes through to the real stream and copies whole lines to the log."""
+
+    def __init__(self, owner: FileLogger, stream: TextIO, tag: str) -> None:
+        self._owner, self._stream, self._tag = owner, stream, tag
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        written = self._stream.write(text)
+        self._partial += text
+        if "\n" in self._partial:
+            *lines, self._partial = self._partial.split("\n")
+            self._owner._captured(self._tag, lines)
+        return written
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._stream, "encoding", "utf-8")
+
+
+class FileLogger(LoggerDestination):
+    """Writes metrics, hyperparameters, traces and captured output to files, in the background.
+
+    Two files per rank, under the run folder unless a name is absolute:
+
+    - ``filename``: a text log a person reads, e.g.
+      ``[metric][batch=12]: loss/train/total: 0.4012``.
+    - ``jsonl_filename``: JSON Lines a program reads, one object per logged
+      call with ``step``, ``epoch``, ``batch``, ``wall_time`` (Unix seconds)
+      and the metrics by name. Load it with pandas in one line:
+      ``pd.read_json(path, lines=True)``.
+
+    Metrics stay tensors until due: every ``log_interval`` the values held are
+    moved to the host together (one transfer) and handed to a
+    :class:`~obsbus.BackgroundWriter`, which formats and writes them. Every
+    value logged is written; the interval only sets how often that happens.
+    Every ``flush_interval`` batches, and at ``fit_end``, ``eval_end``,
+    ``exception`` and ``close``, the files are flushed and fsynced, then
+    handed to ``logger.upload_file`` (as ``{run_name}/<file name>``) when a
+    destination can store files.
+
+    Args:
+        filename: the text log; placeholders ``{run_name}``, ``{rank}``, ... are
+            filled at ``init``. Relative names resolve against the run folder.
+        jsonl_filename: the JSON Lines file, or ``None`` for none.
+        log_interval: how often held values are written (``"1ba"``, ``"1ep"``;
+            a bare int is batches).
+        flush_interval: batches between flushes to disk (and uploads).
+        log_traces: also write traces.
+        capture_stdout: copy what the process prints to stdout into the log.
+        capture_stderr: the same for stderr.
+        overwrite: replace existing files. Without it, an existing file is an
+            error at ``init`` unless ``resume`` is set.
+        resume: append to existing files, e.g. when a run restarts from a
+            checkpoint (the steps continue from the restored timestamp).
+
+    Example:
+        >>> import json, tempfile
+        >>> from obsbus import Run
+        >>> folder = tempfile.mkdtemp()
+        >>> with Run(max_duration="2ba", run_folder=folder, loggers=[FileLogger()]) as run:
+        ...     for batch in run.train([[1, 2], [3, 4]]):
+        ...         run.state.loss = 0.5
+        >>> rows = [json.loads(l) for l in open(f"{folder}/metrics-rank0.jsonl")]
+        >>> [(r["step"], r["loss/train/total"]) for r in rows]
+        [(1, 0.5), (2, 0.5)]
+    """
+
+    def __init__(
+        self,
+        filename: str = "logs-rank{rank}.txt",
+        jsonl_filename: str | None = "metrics-rank{rank}.jsonl",
+        *,
+        log_interval: TimeLike = "1ba",
+        flush_interval: int = 100,
+        log_traces: bool = True,
+        capture_stdout: bool = False,
+        capture_stderr: bool = False,
+        overwrite: bool = False,
+        resume: bool = False,
+    ) -> None:
+        self.filename = check_placeholders(filename, "FileLogger filename")
+        self.jsonl_filename = (
+            None
+            if jsonl_filename is None
+            else check_placeholders(jsonl_filename, "FileLogger jsonl_filename")
+        )
+        interval = Time.from_input(log_interval, default_unit=TimeUnit.BATCH)
+        if interval.unit not in (TimeUnit.BATCH, TimeUnit.EPOCH) or interval.value < 1:
+            raise ValueError(
+                f"FileLogger log_interval {str(interval)!r} is not supported: use a positive "
+                "number of batches or epochs, e.g. '1ba' or '1ep'."
+            )
+        if isinstance(flush_interval, bool) or not isinstance(flush_interval, int):
+            raise TypeError(f"FileLogger flush_interval must be an int, got {flush_interval!r}.")
+        if flush_interval < 1:
+            raise ValueError(f"FileLogger flush_interval must be >= 1, got {flush_interval!r}.")
+        if overwrite and resume:
+            raise ValueError("FileLogger: overwrite=True and resume=True contradict; choose one.")
+        for name in (self.filename, self.jsonl_filename):
+            if name is not None and "{" not in name and Path(name).is_absolute():
+                _check_not_a_directory(Path(name))
+        self.log_interval = interval
+        self.flush_interval = flush_interval
+        self.log_traces_enabled = log_traces
+        self.capture_stdout = capture_stdout
+        self.capture_stderr = capture_stderr
+        self.overwrite = overwrite
+        self.resume = resume
+        self.name = "FileLogger"
+        self._writer = BackgroundWriter("FileLogger")
+        self._state: State | None = None
+        self._logger: Logger | None = None
+        self._held: list[tuple[int, int, int, float, dict[str, Any]]] = []
+        self._text: TextIO | None = None
+        self._jsonl: TextIO | None = None
+        self._paths: list[Path] = []
+        self._tees: list[tuple[str, TextIO]] = []
+        self._uploaded_once = False
+
+    @property
+    def paths(self) -> list[Path]:
+        """The files this logger writes (known after ``init``)."""
+        return list(self._paths)
+
+    # ----------------------------------------------------------- lifecycle
+    @override
+    def init(self, state: State, logger: Logger) -> None:
+        self._state, self._logger = state, logger
+        names = [self.filename] + ([self.jsonl_filename] if self.jsonl_filename else [])
+        paths = [state.run_folder.resolve(logger.format_name(n)) for n in names]
+        for path in paths:
+            _check_not_a_directory(path)
+            if path.exists() and not (self.overwrite or self.resume) and path not in self._paths:
+                raise FileExistsError(
+                    f"FileLogger: {str(path)!r} already exists. To fix, pass resume=True to "
+                    "append to it (restarting a run), overwrite=True to replace it, or use "
+                    "another run name."
+                )
+        if paths == self._paths:
+            return  # the same files, still open
+        self._close_files()
+        mode = "a" if self.resume else "w"
+        for path in paths:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self._paths = paths
+        self._text = _open(paths[0], mode)
+        if len(paths) > 1:
+            self._jsonl = _open(paths[1], mode)
+        self._install_capture()
+
+    def _install_capture(self) -> None:
+        for tag, wanted in (("stdout", self.capture_stdout), ("stderr", self.capture_stderr)):
+            if wanted and not any(t == tag for t, _ in self._tees):
+                original = getattr(sys, tag)
+                setattr(sys, tag, _Tee(self, original, tag))
+                self._tees.append((tag, original))
+
+    def _remove_capture(self) -> None:
+        for tag, original in reversed(self._tees):
+            current = getattr(sys, tag)
+            if isinstance(current, _Tee) and current._owner is self:
+                setattr(sys, tag, original)
+        self._tees = []
+
+    # ------------------------------------------------------------- logging
+    def _stamp(self) -> tuple[int, int]:
+        ts = self._state.timestamp if self._state is not None else None
+        return (ts._epoch, ts._batch) if ts is not None else (0, 0)
+
+    @override
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        epoch, batch = self._stamp()
+        self._held.append(
+            (batch if step is None else step, epoch, batch, time.time(), dict(metrics))
+        )
+
+    @override
+    def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
+        _, batch = self._stamp()
+        lines = [f"[hyperparameter][batch={batch}]: {k}: {v}" for k, v in hyperparameters.items()]
+        self._writer.submit(self._write_text, lines)
+
+    @override
+    def log_traces(self, traces: Mapping[str, Any]) -> None:
+        if self.log_traces_enabled:
+            _, batch = self._stamp()
+            lines = [f"[trace][batch={batch}]: {k}: {v}" for k, v in traces.items()]
+            self._writer.submit(self._write_text, lines)
+
+    def _captured(self, tag: str, lines: list[str]) -> None:
+        text = [f"[{tag}]: {line}" for line in lines]
+        if threading.current_thread().name == f"obsbus-writer-{self._writer.name}":
+            self._write_text(text)  # output of the writer itself: no queueing to ourselves
+        else:
+            self._writer.submit(self._write_text, text)
+
+    def _hand_over(self) -> None:
+        """Move everything held to the writer: one transfer for all values due."""
+        if not self._held:
+            return
+        held, self._held = self._held, []
+        values = {f"{i}\x00{k}": v for i, (*_, m) in enumerate(held) for k, v in m.items()}
+        self._writer.submit(self._write_metrics, held, to_host_async(values))
+
+    def _flush(self, fsync: bool, upload: bool = True) -> None:
+        self._hand_over()
+        self._writer.submit(self._sync_files, fsync, upload)
+
+    # ---------------------------------------------------------------- hooks
+    @override
+    def batch_end(self, state: State, logger: Logger) -> None:
+        n = self.log_interval.value
+        if self.log_interval.unit is TimeUnit.BATCH and state.timestamp._batch % n == 0:
+            self._hand_over()
+        if state.timestamp._batch % self.flush_interval == 0:
+            self._flush(fsync=False)
+
+    @override
+    def epoch_end(self, state: State, logger: Logger) -> None:
+        unit, n = self.log_interval.unit, self.log_interval.value
+        if unit is TimeUnit.EPOCH and state.timestamp._epoch % n == 0:
+            self._hand_over()
+
+    @override
+    def eval_end(self, state: State, logger: Logger) -> None:
+        self._hand_over()
+
+    @override
+    def fit_end(self, state: State, logger: Logger) -> None:
+        self._flush(fsync=True)
+        self._writer.flush()
+
+    @override
+    def eval_standalone_end(self, state: State, logger: Logger) -> None:
+        self._flush(fsync=False)
+
+    @override
+    def exception(self, state: State, logger: Logger) -> None:
+        self._writer.submit(self._write_text, [f"[exception]: {state.exception!r}"])
+        self._flush(fsync=True)
+        self._writer.flush(timeout=60)
+
+    @override
+    def close(self, state: State, logger: Logger) -> None:
+        if self._text is None:
+            return
+        self._remove_capture()
+        self._flush(fsync=True)
+        self._writer.close(timeout=60)
+        self._close_files()
+
+    def _close_files(self) -> None:
+        for f in (self._text, self._jsonl):
+            if f is not None and not f.closed:
+                f.close()
+        self._text = self._jsonl = None
+
+    # -------------------------------------------- the writer thread's side
+    def _write_text(self, lines: list[str]) -> None:
+        if self._text is not None and not self._text.closed:
+            self._text.write("".join(line + "\n" for line in lines))
+
+    def _write_metrics(
+        self, held: list[tuple[int, int, int, float, dict[str, Any]]], pending: HostValues
+    ) -> None:
+        numbers = pending.result()
+        text: list[str] = []
+        rows: list[str] = []
+        for i, (step, epoch, batch, wall, metrics) in enumerate(held):
+            values = {k: numbers[f"{i}\x00{k}"] for k in metrics}
+            text.extend(
+                f"[metric][batch={step}]: {k}: {format_value(v)}" for k, v in values.items()
+            )
+            row = {"step": step, "epoch": epoch, "batch": batch, "wall_time": round(wall, 6)}
+            rows.append(json.dumps({**row, **values}, default=str))
+        self._write_text(text)
+        if self._jsonl is not None and not self._jsonl.closed:
+            self._jsonl.write("".join(r + "\n" for r in rows))
+
+    def _sync_files(self, fsync: bool, upload: bool) -> None:
+        for f in (self._text, self._jsonl):
+            if f is not None and not f.closed:
+                f.flush()
+                if fsync:
+                    os.fsync(f.fileno())
+        logger, state = self._logger, self._state
+        if upload and logger is not None and state is not None and logger.has_file_uploader():
+            for path in self._paths:
+                logger.upload_file(f"{state.run_name}/{path.name}", path, overwrite=True)
+
+
+def _open(path: Path, mode: str) -> TextIO:
+    return cast(TextIO, open(path, mode, encoding="utf-8"))  # closed in close()
+
+
+def _check_not_a_directory(path: Path) -> None:
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"FileLogger: {str(path)!r} is a directory, and a file should be written there. "
+            "To fix, give a file name, e.g. 'logs-rank{rank}.txt'."
+        )

@@ -1,0 +1,181 @@
+from __future__ import annotations
+
+import json
+import sys
+import threading
+
+import pytest
+import torch.nn.functional as F
+
+from obsbus import Callback, LoggerDestination, Timestamp, Trainer
+from obsbus.loggers import FileLogger, InMemoryLogger
+
+from ..helpers import regression_data, tiny_model
+
+
+def fit(tmp_path, loggers, duration="2ep", callbacks=(), **kwargs):
+    trainer = Trainer(tiny_model(), regression_data(4), duration, loss_fn=F.mse_loss,
+                      loggers=loggers, callbacks=list(callbacks), device="cpu",
+                      run_folder=tmp_path / "run", run_name="r", **kwargs)
+    return trainer
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_every_logged_value_reaches_both_files(tmp_path):
+    files, memory = FileLogger(), InMemoryLogger()
+    with fit(tmp_path, [files, memory], eval_dataloader=regression_data(2, seed=1),
+             hparams={"lr": 0.001}) as trainer:
+        trainer.fit()
+    text = (tmp_path / "run" / "logs-rank0.txt").read_text()
+    rows = read_jsonl(tmp_path / "run" / "metrics-rank0.jsonl")
+    losses = memory.get_timeseries("loss/train/total")
+    train_rows = [r for r in rows if "loss/train/total" in r]
+    assert [r["step"] for r in train_rows] == losses["step"] == list(range(1, 9))
+    assert [r["loss/train/total"] for r in train_rows] == losses["loss/train/total"]
+    assert [r["epoch"] for r in train_rows] == losses["epoch"]
+    assert all(isinstance(r["wall_time"], float) for r in rows)
+    eval_rows = [r for r in rows if "metrics/eval/loss" in r]
+    assert [r["step"] for r in eval_rows] == [4, 8]
+    assert text.count("[metric][batch=") == 10
+    assert "[hyperparameter][batch=0]: lr: 0.001" in text
+    assert "[metric][batch=8]: loss/train/total: " in text
+    assert files.paths == [tmp_path / "run" / "logs-rank0.txt",
+                           tmp_path / "run" / "metrics-rank0.jsonl"]
+
+
+def test_writes_happen_off_the_training_thread(tmp_path):
+    threads = set()
+
+    class Spy(FileLogger):
+        def _write_metrics(self, held, pending):
+            threads.add(threading.current_thread().name)
+            super()._write_metrics(held, pending)
+
+    with fit(tmp_path, [Spy()], duration="3ba") as trainer:
+        trainer.fit()
+    assert threads == {"obsbus-writer-FileLogger"}
+
+
+def test_a_crash_mid_run_leaves_every_metric_logged_before_it(tmp_path):
+    class Crash(Callback):
+        def batch_end(self, state, logger):
+            if state.timestamp.batch >= "5ba":
+                raise RuntimeError("crash at batch 5")
+
+    files, memory = FileLogger(flush_interval=1000), InMemoryLogger()
+    trainer = fit(tmp_path, [files, memory], callbacks=[Crash()])
+    with pytest.raises(RuntimeError, match="crash at batch 5"):
+        trainer.fit()
+    # Not closed: the exception event alone must have put everything on disk.
+    rows = read_jsonl(tmp_path / "run" / "metrics-rank0.jsonl")
+    assert [r["step"] for r in rows] == memory.get_timeseries("loss/train/total")["step"]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    text = (tmp_path / "run" / "logs-rank0.txt").read_text()
+    assert "[exception]: RuntimeError('crash at batch 5')" in text
+    trainer.close()
+
+
+def test_existing_files_are_not_clobbered(tmp_path):
+    with fit(tmp_path, [FileLogger()], duration="2ba") as trainer:
+        trainer.fit()
+    before = (tmp_path / "run" / "logs-rank0.txt").read_text()
+    with pytest.raises(FileExistsError, match=r"logs-rank0.txt' already exists.*resume=True"):
+        fit(tmp_path, [FileLogger()])
+    assert (tmp_path / "run" / "logs-rank0.txt").read_text() == before
+    with fit(tmp_path, [FileLogger(overwrite=True)], duration="1ba") as trainer:
+        trainer.fit()
+    rows = read_jsonl(tmp_path / "run" / "metrics-rank0.jsonl")
+    assert [r["step"] for r in rows] == [1]
+
+
+def test_a_resumed_run_appends_and_steps_continue(tmp_path):
+    with fit(tmp_path, [FileLogger()], duration="1ep") as trainer:
+        trainer.fit()
+    first = (tmp_path / "run" / "logs-rank0.txt").read_text()
+
+    class RestoreTimestamp(Callback):
+        """What a checkpoint loader does at after_load."""
+
+        def after_load(self, state, logger):
+            state.timestamp = Timestamp(epoch=1, batch=4, sample=32)
+
+    with fit(tmp_path, [FileLogger(resume=True)], callbacks=[RestoreTimestamp()]) as trainer:
+        trainer.fit()
+    text = (tmp_path / "run" / "logs-rank0.txt").read_text()
+    assert text.startswith(first)
+    rows = read_jsonl(tmp_path / "run" / "metrics-rank0.jsonl")
+    assert [r["step"] for r in rows] == list(range(1, 9))
+
+
+def test_files_are_handed_to_uploaders_after_flushes(tmp_path):
+    class Uploads(LoggerDestination):
+        def __init__(self):
+            self.seen = []
+
+        def can_upload_files(self):
+            return True
+
+        def upload_file(self, state, remote_file_name, file_path, *, overwrite=False):
+            self.seen.append((remote_file_name, file_path.read_bytes(), overwrite))
+
+    uploads = Uploads()
+    with fit(tmp_path, [FileLogger(flush_interval=2), uploads], duration="4ba") as trainer:
+        trainer.fit()
+    names = [name for name, _, _ in uploads.seen]
+    assert set(names) == {"r/logs-rank0.txt", "r/metrics-rank0.jsonl"}
+    assert names.count("r/metrics-rank0.jsonl") >= 3  # batch 2, batch 4, fit end, close
+    last = {name: data for name, data, _ in uploads.seen}
+    assert last["r/metrics-rank0.jsonl"] == (tmp_path / "run" / "metrics-rank0.jsonl").read_bytes()
+    assert last["r/logs-rank0.txt"] == (tmp_path / "run" / "logs-rank0.txt").read_bytes()
+
+
+def test_captures_stdout_and_restores_it(tmp_path):
+    class Talk(Callback):
+        def batch_end(self, state, logger):
+            print(f"hello from batch {state.timestamp.batch.value}")
+
+    original = sys.stdout
+    with fit(tmp_path, [FileLogger(capture_stdout=True)], duration="2ba",
+             callbacks=[Talk()]) as trainer:
+        trainer.fit()
+    assert sys.stdout is original
+    text = (tmp_path / "run" / "logs-rank0.txt").read_text()
+    assert "[stdout]: hello from batch 1" in text and "[stdout]: hello from batch 2" in text
+
+
+def test_placeholders_and_absolute_names(tmp_path):
+    target = tmp_path / "elsewhere" / "{run_name}-r{rank}.log"
+    with fit(tmp_path, [FileLogger(str(target), jsonl_filename=None)], duration="1ba") as t:
+        t.fit()
+    assert (tmp_path / "elsewhere" / "r-r0.log").exists()
+    assert not (tmp_path / "run" / "metrics-rank0.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"filename": "{rnak}.txt"}, ValueError, r"unknown placeholder \{rnak\}; accepted: \{run_name\}"),
+        ({"jsonl_filename": "{step}.jsonl"}, ValueError, r"unknown placeholder \{step\}"),
+        ({"log_interval": "5sp"}, ValueError, r"'5sp' is not supported"),
+        ({"flush_interval": 0}, ValueError, r"flush_interval must be >= 1, got 0"),
+        ({"flush_interval": "10"}, TypeError, r"flush_interval must be an int, got '10'"),
+        ({"overwrite": True, "resume": True}, ValueError, "contradict"),
+        ({"filename": ""}, TypeError, "must be a non-empty str"),
+    ],
+    ids=["placeholder", "jsonl-placeholder", "interval", "flush-zero", "flush-type", "both",
+         "empty"],
+)
+def test_bad_arguments_fail_at_construction(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        FileLogger(**kwargs)
+
+
+def test_a_directory_where_the_file_should_be(tmp_path):
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        FileLogger(str(tmp_path))
+    (tmp_path / "run" / "logs-rank0.txt").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError, match=r"logs-rank0.txt' is a directory"):
+        fit(tmp_path, [FileLogger()])
