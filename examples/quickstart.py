@@ -2,9 +2,10 @@
 
 Runs in a few seconds on a CPU, needs no network, and writes a run folder:
 
-    runs/<run_name>/
-        hparams.json      the hyperparameters the run logged
-        metrics.jsonl     one JSON object per logged value: key, value, step, epoch, batch
+    runs/default/<user>/<run_name>/
+        logs-rank0.txt        the text log: metrics, hyperparameters
+        metrics-rank0.jsonl   one JSON object per logged call: step, epoch, batch,
+                              wall_time and the metrics (pandas.read_json(path, lines=True))
 
 Usage:
     python examples/quickstart.py [--epochs 3] [--workspace runs] [--run-name NAME]
@@ -13,14 +14,14 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from obsbus import Trainer
-from obsbus.loggers import ConsoleLogger, InMemoryLogger
+from obsbus import RunFolder, Trainer
+from obsbus.loggers import ConsoleLogger, FileLogger, InMemoryLogger
+from obsbus.state import default_run_name
 
 
 def synthetic_classification(batches: int, batch_size: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -33,18 +34,6 @@ def synthetic_classification(batches: int, batch_size: int, seed: int) -> list[t
         x = centers[y] + 2.5 * torch.randn(batch_size, 16, generator=gen)
         data.append((x, y))
     return data
-
-
-def write_run_folder(folder: Path, memory: InMemoryLogger) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "hparams.json").write_text(json.dumps(memory.hyperparameters, indent=2, default=str))
-    with open(folder / "metrics.jsonl", "w") as f:
-        for key in memory.data:
-            series = memory.get_timeseries(key)
-            for i, value in enumerate(series[key]):
-                row = {"key": key, "value": value, "step": series["step"][i],
-                       "epoch": series["epoch"][i], "batch": series["batch"][i]}
-                f.write(json.dumps(row) + "\n")
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -63,6 +52,8 @@ def main(argv: list[str] | None = None) -> Path:
     train, val = synthetic_classification(100, 64, seed=1), synthetic_classification(10, 64, seed=2)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs * len(train))
     memory = InMemoryLogger()
+    run_name = args.run_name or default_run_name()
+    folder = RunFolder.from_parts(workspace=args.workspace, exp_name=run_name)
 
     with Trainer(
         model,
@@ -73,20 +64,19 @@ def main(argv: list[str] | None = None) -> Path:
         loss_fn=F.cross_entropy,
         eval_dataloader=val,
         eval_interval="1ep",
-        loggers=[ConsoleLogger(log_interval="50ba", stream="stdout"), memory],
-        run_name=args.run_name,
+        loggers=[ConsoleLogger(log_interval="50ba", stream="stdout"), FileLogger(), memory],
+        run_name=run_name,
+        run_folder=folder,
         device="cpu",
         hparams={"model": "mlp-16-64-64-4", "lr": 3e-3, "batch_size": 64},
     ) as trainer:
         trainer.fit()
 
-    folder = Path(args.workspace) / trainer.state.run_name
-    write_run_folder(folder, memory)
     final = memory.get_timeseries("metrics/eval/loss")["metrics/eval/loss"][-1]
     print(f"\nTrained {trainer.state.timestamp.batch} in {trainer.state.timestamp.total_wct:.1f}s; "
           f"final eval loss {final:.4f}.")
-    print(f"Run folder: {folder.resolve()}")
-    return folder
+    print(f"Run folder: {folder.root}")
+    return folder.root
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import runpy
 import subprocess
@@ -17,14 +18,15 @@ def test_quickstart_writes_a_run_folder(tmp_path):
          "--run-name", "qs", "--workspace", str(tmp_path / "runs")],
         capture_output=True, text=True, check=True, timeout=300,
     )
-    folder = tmp_path / "runs" / "qs"
+    folder = tmp_path / "runs" / "default" / getpass.getuser() / "qs"
     assert f"Run folder: {folder}" in out.stdout
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    losses = [r for r in rows if r["key"] == "loss/train/total"]
+    rows = [json.loads(line) for line in (folder / "metrics-rank0.jsonl").read_text().splitlines()]
+    losses = [r for r in rows if "loss/train/total" in r]
     assert [r["batch"] for r in losses] == list(range(1, 101))
-    assert any(r["key"] == "metrics/eval/loss" for r in rows)
-    hparams = json.loads((folder / "hparams.json").read_text())
-    assert hparams["max_duration"] == "1ep" and hparams["batch_size"] == 64
+    assert any("metrics/eval/loss" in r for r in rows)
+    text = (folder / "logs-rank0.txt").read_text()
+    assert "[hyperparameter][batch=0]: max_duration: 1ep" in text
+    assert "[hyperparameter][batch=0]: batch_size: 64" in text
 
 
 def test_plain_loop_example_gets_the_same_metrics():
