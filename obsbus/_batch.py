@@ -26,6 +26,10 @@ def _first_tensor(batch: Any) -> Any:
 
 def default_num_samples(batch: Any) -> int:
     """Samples in ``batch``: the leading dimension of its first tensor (no device sync)."""
+    if type(batch) in (tuple, list) and batch:  # the common (inputs, targets) shape, fast
+        shape = getattr(batch[0], "shape", None)
+        if shape is not None and len(shape) and is_tensor(batch[0]):
+            return int(shape[0])
     tensor = _first_tensor(batch)
     if tensor is not None and tensor.dim() > 0:
         return int(tensor.shape[0])

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 __all__ = ["Engine"]
 
 log = logging.getLogger("obsbus")
+# Module constants: looking members up on the Event class costs ~0.3 µs each on 3.11.
+_INIT, _EXCEPTION = Event.INIT, Event.EXCEPTION
 
 
 def overrides(plugin: Callback, hook: str) -> bool:
@@ -91,7 +93,7 @@ class Engine:
                 if overrides(cb, event.value)
             )
             dests = tuple(
-                (d, getattr(d, event.value))
+                (d, getattr(d, event.value), event.value)
                 for d in self.logger.destinations
                 if overrides(d, event.value)
             )
@@ -114,22 +116,23 @@ class Engine:
         if not (cbs or dests):
             return
         state, logger = self.state, self.logger
-        if event is Event.EXCEPTION:
-            self._run_contained(event, cbs + dests)
+        if event is _EXCEPTION:
+            self._run_contained(event, cbs + tuple(d[:2] for d in dests))
             return
-        if event is Event.INIT:
+        if event is _INIT:
             # Nothing has run yet: a destination that can't set itself up (a
             # file it must not clobber, a bad path) fails the run now, loudly.
-            for _, hook in dests:
+            for _, hook, _ in dests:
                 hook(state, logger)
             for _, hook in cbs:
                 hook(state, logger)
             return
-        call = logger.failures.call
         for _, hook in cbs:
             hook(state, logger)
-        for dest, hook in dests:
-            call(dest, event.value, hook, state, logger)
+        if dests:
+            call = logger.failures.call
+            for dest, hook, name in dests:
+                call(dest, name, hook, state, logger)
 
     def _run_contained(self, event: Event, entries: tuple[tuple[Any, ...], ...]) -> None:
         for plugin, hook in entries:

@@ -21,10 +21,54 @@ from obsbus.time import Time, TimeLike, Timestamp, TimeUnit
 
 __all__ = ["Run"]
 
+# Module constants: a lookup on the Event class costs ~0.3 µs on 3.11, and the
+# loop does a dozen per step.
+_AFTER_BACKWARD = Event.AFTER_BACKWARD
+_AFTER_DATALOADER = Event.AFTER_DATALOADER
+_AFTER_FORWARD = Event.AFTER_FORWARD
+_AFTER_LOAD = Event.AFTER_LOAD
+_AFTER_LOSS = Event.AFTER_LOSS
+_AFTER_TRAIN_BATCH = Event.AFTER_TRAIN_BATCH
+_BATCH_CHECKPOINT = Event.BATCH_CHECKPOINT
+_BATCH_END = Event.BATCH_END
+_BATCH_START = Event.BATCH_START
+_BEFORE_BACKWARD = Event.BEFORE_BACKWARD
+_BEFORE_DATALOADER = Event.BEFORE_DATALOADER
+_BEFORE_FORWARD = Event.BEFORE_FORWARD
+_BEFORE_LOAD = Event.BEFORE_LOAD
+_BEFORE_LOSS = Event.BEFORE_LOSS
+_BEFORE_TRAIN_BATCH = Event.BEFORE_TRAIN_BATCH
+_EPOCH_CHECKPOINT = Event.EPOCH_CHECKPOINT
+_EPOCH_END = Event.EPOCH_END
+_EPOCH_START = Event.EPOCH_START
+_EVAL_AFTER_ALL = Event.EVAL_AFTER_ALL
+_EVAL_AFTER_FORWARD = Event.EVAL_AFTER_FORWARD
+_EVAL_BATCH_END = Event.EVAL_BATCH_END
+_EVAL_BATCH_START = Event.EVAL_BATCH_START
+_EVAL_BEFORE_ALL = Event.EVAL_BEFORE_ALL
+_EVAL_BEFORE_FORWARD = Event.EVAL_BEFORE_FORWARD
+_EVAL_END = Event.EVAL_END
+_EVAL_STANDALONE_END = Event.EVAL_STANDALONE_END
+_EVAL_STANDALONE_START = Event.EVAL_STANDALONE_START
+_EVAL_START = Event.EVAL_START
+_EXCEPTION = Event.EXCEPTION
+_FIT_END = Event.FIT_END
+_FIT_START = Event.FIT_START
+_INIT = Event.INIT
+_ITERATION_CHECKPOINT = Event.ITERATION_CHECKPOINT
+_ITERATION_END = Event.ITERATION_END
+_ITERATION_START = Event.ITERATION_START
+_PREDICT_AFTER_FORWARD = Event.PREDICT_AFTER_FORWARD
+_PREDICT_BATCH_END = Event.PREDICT_BATCH_END
+_PREDICT_BATCH_START = Event.PREDICT_BATCH_START
+_PREDICT_BEFORE_FORWARD = Event.PREDICT_BEFORE_FORWARD
+_PREDICT_END = Event.PREDICT_END
+_PREDICT_START = Event.PREDICT_START
+
 _FORWARD = {
-    "train": (Event.BEFORE_FORWARD, Event.AFTER_FORWARD),
-    "eval": (Event.EVAL_BEFORE_FORWARD, Event.EVAL_AFTER_FORWARD),
-    "predict": (Event.PREDICT_BEFORE_FORWARD, Event.PREDICT_AFTER_FORWARD),
+    "train": (_BEFORE_FORWARD, _AFTER_FORWARD),
+    "eval": (_EVAL_BEFORE_FORWARD, _EVAL_AFTER_FORWARD),
+    "predict": (_PREDICT_BEFORE_FORWARD, _PREDICT_AFTER_FORWARD),
 }
 EvalInterval = TimeLike | Callable[[State, Event], bool]
 
@@ -142,7 +186,7 @@ class Run:
         self._loss_parts: list[tuple[Any, float | None]] = []
         self._eval_loss: Any = None
         self._eval_count = 0
-        for event in (Event.INIT, Event.BEFORE_LOAD, Event.AFTER_LOAD):
+        for event in (_INIT, _BEFORE_LOAD, _AFTER_LOAD):
             self.engine.run_event(event)
         if self.state.hparams:
             self.logger.log_hyperparameters(self.state.hparams)
@@ -161,13 +205,14 @@ class Run:
             self._mark = time.perf_counter()
             try:
                 with self.guard():
-                    self.engine.run_event(Event.FIT_START)
-                    self.engine.run_event(Event.ITERATION_START)
+                    self.engine.run_event(_FIT_START)
+                    self.engine.run_event(_ITERATION_START)
                     yield self
-                    self._tick(lambda ts, d: ts.to_next_iteration(d))
-                    self.engine.run_event(Event.ITERATION_END)
-                    self.engine.run_event(Event.ITERATION_CHECKPOINT)
-                    self.engine.run_event(Event.FIT_END)
+                    state = self.state
+                    state.timestamp = state.timestamp.to_next_iteration(self._elapsed())
+                    self.engine.run_event(_ITERATION_END)
+                    self.engine.run_event(_ITERATION_CHECKPOINT)
+                    self.engine.run_event(_FIT_END)
             finally:
                 self._fitting = False
 
@@ -185,7 +230,7 @@ class Run:
         except BaseException as exc:
             if self.state.exception is not exc:
                 self.state.exception = exc
-                self.engine.run_event(Event.EXCEPTION)
+                self.engine.run_event(_EXCEPTION)
             raise
 
     def __enter__(self) -> Run:
@@ -210,10 +255,11 @@ class Run:
         self.engine.close()
 
     # ---------------------------------------------------------------- train
-    def _tick(self, advance: Callable[[Timestamp, float], Timestamp]) -> None:
+    def _elapsed(self) -> float:
+        """Seconds since the last mark, and move the mark to now."""
         now = time.perf_counter()
-        self.state.timestamp = advance(self.state.timestamp, now - self._mark)
-        self._mark = now
+        elapsed, self._mark = now - self._mark, now
+        return elapsed
 
     def train(self, dataloader: Iterable[Any]) -> Iterator[Any]:
         """Yield training batches, epoch after epoch, until ``max_duration`` or a stop."""
@@ -233,20 +279,20 @@ class Run:
         state.dataloader, state.dataloader_label = dataloader, "train"
         length = _len_or_none(dataloader)
         state.dataloader_len = None if length is None else Time(length, TimeUnit.BATCH)
-        run_event(Event.EPOCH_START)
+        run_event(_EPOCH_START)
         iterator = iter(dataloader)
         while True:
-            run_event(Event.BEFORE_DATALOADER)
+            run_event(_BEFORE_DATALOADER)
             try:
                 batch = next(iterator)
             except StopIteration:
                 break
             self._set_batch(batch)
-            run_event(Event.AFTER_DATALOADER)
-            run_event(Event.BATCH_START)
+            run_event(_AFTER_DATALOADER)
+            run_event(_BATCH_START)
             state.loss, state.outputs = None, None
             self._loss_parts = []
-            run_event(Event.BEFORE_TRAIN_BATCH)
+            run_event(_BEFORE_TRAIN_BATCH)
             self._mode = "train"
             yield state.batch
             self._end_batch()
@@ -254,10 +300,10 @@ class Run:
                 if length is None or state.timestamp._batch_in_epoch < length:
                     return  # a cut epoch does not end
                 break
-        self._tick(lambda ts, d: ts.to_next_epoch(d))
-        run_event(Event.EPOCH_END)
-        self._maybe_eval(Event.EPOCH_END)
-        run_event(Event.EPOCH_CHECKPOINT)
+        state.timestamp = state.timestamp.to_next_epoch(self._elapsed())
+        run_event(_EPOCH_END)
+        self._maybe_eval(_EPOCH_END)
+        run_event(_EPOCH_CHECKPOINT)
 
     def _set_batch(self, batch: Any) -> None:
         state = self.state
@@ -268,19 +314,21 @@ class Run:
     def _end_batch(self) -> None:
         state, run_event = self.state, self.engine.run_event
         if self._loss_parts:
-            state.loss = _combine(self._loss_parts)
-        if state.loss is not None:
+            state.loss = _combine(self._loss_parts)  # already detached
+        elif state.loss is not None:  # set by the user's loop
             detached = getattr(state.loss, "detach", None)
             state.loss = detached() if callable(detached) else state.loss
-        run_event(Event.AFTER_TRAIN_BATCH)
-        samples, tokens = state.batch_num_samples, state.batch_num_tokens
-        self._tick(lambda ts, d: ts.to_next_batch(samples, tokens, d))
+        run_event(_AFTER_TRAIN_BATCH)
+        state.timestamp = state.timestamp.to_next_batch(
+            state.batch_num_samples, state.batch_num_tokens, self._elapsed()
+        )
         if state.loss is not None:
             # Logged once the batch is counted, so its step matches what monitors log at batch_end.
             self.logger.log_metrics({"loss/train/total": state.loss})
-        run_event(Event.BATCH_END)
-        self._maybe_eval(Event.BATCH_END)
-        run_event(Event.BATCH_CHECKPOINT)
+        run_event(_BATCH_END)
+        if self._eval_interval is not None:
+            self._maybe_eval(_BATCH_END)
+        run_event(_BATCH_CHECKPOINT)
 
     def _maybe_eval(self, event: Event) -> None:
         interval = self._eval_interval
@@ -289,9 +337,9 @@ class Run:
         if isinstance(interval, Time):
             ts = self.state.timestamp
             if interval.unit is TimeUnit.BATCH:
-                due = event is Event.BATCH_END and ts._batch % interval.value == 0
+                due = event is _BATCH_END and ts._batch % interval.value == 0
             else:
-                due = event is Event.EPOCH_END and ts._epoch % interval.value == 0
+                due = event is _EPOCH_END and ts._epoch % interval.value == 0
         else:
             due = bool(interval(self.state, event))
         if due:
@@ -338,9 +386,9 @@ class Run:
             return value
         if self._mode == "predict":
             return fn(*args, **kwargs)
-        self.engine.run_event(Event.BEFORE_LOSS)
+        self.engine.run_event(_BEFORE_LOSS)
         self.state.loss = fn(*args, **kwargs)
-        self.engine.run_event(Event.AFTER_LOSS)
+        self.engine.run_event(_AFTER_LOSS)
         loss = self.state.loss
         detached = getattr(loss, "detach", None)
         self._loss_parts.append((detached() if callable(detached) else loss, weight))
@@ -348,9 +396,9 @@ class Run:
 
     def backward(self, loss: Any = None, **kwargs: Any) -> None:
         """``loss.backward(**kwargs)`` (default ``state.loss``) between the backward events."""
-        self.engine.run_event(Event.BEFORE_BACKWARD)
+        self.engine.run_event(_BEFORE_BACKWARD)
         (self.state.loss if loss is None else loss).backward(**kwargs)
-        self.engine.run_event(Event.AFTER_BACKWARD)
+        self.engine.run_event(_AFTER_BACKWARD)
 
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
         """Log metrics to every destination (values may be tensors)."""
@@ -365,9 +413,9 @@ class Run:
             yield
             return
         start, end = (
-            (Event.EVAL_BEFORE_ALL, Event.EVAL_AFTER_ALL)
+            (_EVAL_BEFORE_ALL, _EVAL_AFTER_ALL)
             if self._fitting
-            else (Event.EVAL_STANDALONE_START, Event.EVAL_STANDALONE_END)
+            else (_EVAL_STANDALONE_START, _EVAL_STANDALONE_END)
         )
         self._in_eval_group = True
         try:
@@ -398,22 +446,22 @@ class Run:
         state.eval_timestamp = Timestamp()
         self._eval_loss, self._eval_count = None, 0
         mark = time.perf_counter()
-        run_event(Event.EVAL_START)
+        run_event(_EVAL_START)
         for batch in dataloader:
             self._set_batch(batch)
-            run_event(Event.EVAL_BATCH_START)
+            run_event(_EVAL_BATCH_START)
             yield state.batch
             now = time.perf_counter()
             state.eval_timestamp = state.eval_timestamp.to_next_batch(
                 state.batch_num_samples, state.batch_num_tokens, now - mark
             )
             mark = now
-            run_event(Event.EVAL_BATCH_END)
+            run_event(_EVAL_BATCH_END)
         metrics = state.eval_metrics.setdefault(label, {})
         if self._eval_count:
             metrics["loss"] = self._eval_loss / self._eval_count
             self.logger.log_metrics({f"metrics/{label}/loss": metrics["loss"]})
-        run_event(Event.EVAL_END)
+        run_event(_EVAL_END)
         self._mode, state.dataloader, state.dataloader_label, state.dataloader_len = saved
 
     def predict(self, dataloader: Iterable[Any]) -> Iterator[Any]:
@@ -422,13 +470,13 @@ class Run:
         saved = self._mode
         self._mode = "predict"
         state.dataloader, state.dataloader_label = dataloader, "predict"
-        run_event(Event.PREDICT_START)
+        run_event(_PREDICT_START)
         for batch in dataloader:
             self._set_batch(batch)
-            run_event(Event.PREDICT_BATCH_START)
+            run_event(_PREDICT_BATCH_START)
             yield state.batch
-            run_event(Event.PREDICT_BATCH_END)
-        run_event(Event.PREDICT_END)
+            run_event(_PREDICT_BATCH_END)
+        run_event(_PREDICT_END)
         self._mode = saved
 
 

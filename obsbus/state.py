@@ -166,9 +166,10 @@ class State:
         """Whether training should end: ``max_duration`` reached or a stop requested."""
         if self.stop_requested:
             return True
-        if self._max_duration is None:
+        duration = self._max_duration
+        if duration is None:
             return False
-        return self.timestamp.get(self._max_duration.unit) >= self._max_duration
+        return self.timestamp.raw(duration.unit) >= duration.value
 
     def refresh_rank_info(self) -> None:
         """Re-read rank information (after ``torch.distributed`` is initialized)."""

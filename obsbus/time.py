@@ -49,7 +49,9 @@ Number = int | float
 TimeLike = Union["Time", str, int, float]
 
 
-def _check_value(value: object, unit: TimeUnit, text: object) -> Number:
+def _check_value(value: object, unit: TimeUnit, text: object = None) -> Number:
+    if text is None:
+        text = f"{value}{unit.value}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"Time value must be an int or float, got {value!r}.")
     if math.isnan(value) or math.isinf(value):
@@ -85,6 +87,10 @@ class Time:
     unit: TimeUnit
 
     def __init__(self, value: Number, unit: TimeUnit | str) -> None:
+        if type(unit) is TimeUnit and type(value) is int and unit is not TimeUnit.DURATION:
+            object.__setattr__(self, "unit", unit)  # the hot path: counters from a Timestamp
+            object.__setattr__(self, "value", value)
+            return
         try:
             unit = TimeUnit(unit)
         except ValueError:
@@ -92,7 +98,7 @@ class Time:
                 f"Unknown time unit {unit!r}; accepted: {', '.join(u.value for u in TimeUnit)}."
             ) from None
         object.__setattr__(self, "unit", unit)
-        object.__setattr__(self, "value", _check_value(value, unit, f"{value}{unit.value}"))
+        object.__setattr__(self, "value", _check_value(value, unit))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Time is immutable")
@@ -267,6 +273,18 @@ _COUNTER_UNITS = {
 }
 
 
+_RAW_SLOT = {
+    TimeUnit.EPOCH: "_epoch",
+    TimeUnit.BATCH: "_batch",
+    TimeUnit.SAMPLE: "_sample",
+    TimeUnit.TOKEN: "_token",
+    TimeUnit.ITERATION: "_iteration",
+    TimeUnit.SECOND: "_total_wct",
+}
+_new = object.__new__
+_set = object.__setattr__
+
+
 class Timestamp:
     """An immutable snapshot of how far a run has got.
 
@@ -392,6 +410,10 @@ class Timestamp:
         """Seconds."""
         return self._batch_wct
 
+    def raw(self, unit: TimeUnit) -> Number:
+        """The elapsed amount in ``unit`` as a plain number (``get`` without the ``Time``)."""
+        return getattr(self, _RAW_SLOT[unit])  # type: ignore[no-any-return]
+
     def get(self, unit: TimeUnit | str) -> Time:
         """The elapsed time in ``unit`` (``sec`` is ``total_wct``).
 
@@ -421,6 +443,25 @@ class Timestamp:
 
     def to_next_batch(self, samples: int = 0, tokens: int = 0, duration: float = 0.0) -> Timestamp:
         """The timestamp after one more batch of ``samples`` and ``tokens``, ``duration`` s long."""
+        if type(samples) is int and type(tokens) is int and samples >= 0 and tokens >= 0:
+            # Every step takes this path: set the slots directly, skipping validation
+            # that these checked ints can't fail (about 10x cheaper than copy()).
+            new = _new(Timestamp)
+            _set(new, "_epoch", self._epoch)
+            _set(new, "_iteration", self._iteration)
+            _set(new, "_epoch_in_iteration", self._epoch_in_iteration)
+            _set(new, "_batch", self._batch + 1)
+            _set(new, "_batch_in_epoch", self._batch_in_epoch + 1)
+            _set(new, "_sample", self._sample + samples)
+            _set(new, "_sample_in_epoch", self._sample_in_epoch + samples)
+            _set(new, "_token", self._token + tokens)
+            _set(new, "_token_in_epoch", self._token_in_epoch + tokens)
+            duration = float(duration)
+            _set(new, "_total_wct", self._total_wct + duration)
+            _set(new, "_iteration_wct", self._iteration_wct + duration)
+            _set(new, "_epoch_wct", self._epoch_wct + duration)
+            _set(new, "_batch_wct", duration)
+            return new
         return self.copy(
             batch=self._batch + 1,
             batch_in_epoch=self._batch_in_epoch + 1,

@@ -169,16 +169,18 @@ class Trainer:
 
     def _train_batch(self, batch: Any) -> None:
         run, state = self._run, self.state
-        self.model.train()
+        if not self.model.training:
+            self.model.train()
         for opt in state.optimizers:
             opt.zero_grad(set_to_none=True)
         total = state.batch_num_samples
-        for micro in split_batch(batch, state.grad_accum):
-            weight = run._num_samples(micro) / total if total else 1.0
+        micros = split_batch(batch, state.grad_accum)
+        for micro in micros:
+            weight = run._num_samples(micro) / total if total and len(micros) > 1 else None
             inputs = micro[0] if self.loss_fn is not None else micro
             outputs = run.forward(self.model, inputs)
             loss = run.loss(self._compute_loss, outputs, micro, weight=weight)
-            run.backward(loss * weight if weight != 1.0 else loss)
+            run.backward(loss if weight is None else loss * weight)
         for opt in state.optimizers:
             opt.step()
         for sched in state.schedulers:

@@ -1,0 +1,174 @@
+"""Write metric lines to the rank-aware loguru log at an interval."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from typing_extensions import override
+
+from obsbus.log import _level, get_logger
+from obsbus.logger import Logger, LoggerDestination
+from obsbus.loggers.console_logger import format_value
+from obsbus.state import State
+from obsbus.time import Time, TimeLike, TimeUnit
+from obsbus.values import to_host
+
+__all__ = ["LoguruLogger"]
+
+
+class LoguruLogger(LoggerDestination):
+    """Logs the latest metrics every ``log_interval`` to loguru, on every rank.
+
+    Set the log up with :func:`obsbus.log.setup_logging` and each rank's
+    metrics land in its own files (``logs/{module}/rank-{rank}/info.log``) with
+    the rank on every line; without it, lines go wherever loguru writes.
+    Metrics logged between lines are held as they are (tensors stay on the
+    device, unsynced) and turned into numbers together, with one
+    :func:`~obsbus.values.to_host` call, when a line is due. One line per
+    interval::
+
+        [epoch=1][batch=10/100] loss/train/total=0.2500 lr=3.000e-04
+
+    Eval metrics are written at ``eval_end``, hyperparameters once, at the
+    first ``fit_start`` (or when logged during a fit). What is still held is
+    written at ``fit_end``, on the ``exception`` event and at ``close``. Each
+    metric record carries ``extra["metrics"]`` (the numbers) and
+    ``extra["step"]``, for a sink that wants structured data (loguru's
+    ``serialize=True``).
+
+    Args:
+        log_interval: ``"10ba"`` or ``"1ep"``; a bare int counts epochs, as in
+            :class:`~obsbus.loggers.ConsoleLogger`.
+        level: the level of the lines. ``"INFO"`` puts them in ``info.log`` and
+            on stderr; ``"DEBUG"`` keeps them off the console (and in
+            ``debug.log`` only) when a ``ConsoleLogger`` prints them already.
+        log_traces: also log traces.
+
+    Example:
+        >>> import tempfile
+        >>> from obsbus import Run
+        >>> from obsbus.log import reset_logging, setup_logging
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = setup_logging(folder, stderr=False)
+        >>> with Run(max_duration="2ba", loggers=[LoguruLogger(log_interval="2ba")]) as run:
+        ...     for batch in run.train([[1, 2], [3, 4]]):
+        ...         run.state.loss = 0.25
+        >>> reset_logging()
+        >>> print(open(f"{folder}/logs/train/rank-0/info.log").read().split(" - ")[-1].strip())
+        [epoch=1][batch=2/2] loss/train/total=0.2500
+        >>> import shutil; shutil.rmtree(folder)
+    """
+
+    def __init__(
+        self,
+        log_interval: TimeLike = "1ba",
+        level: str = "INFO",
+        log_traces: bool = False,
+    ) -> None:
+        interval = Time.from_input(log_interval, default_unit=TimeUnit.EPOCH)
+        if interval.unit not in (TimeUnit.BATCH, TimeUnit.EPOCH) or interval.value < 1:
+            raise ValueError(
+                f"LoguruLogger log_interval {str(interval)!r} is not supported: use a positive "
+                "number of batches or epochs, e.g. '10ba' or '1ep'."
+            )
+        self.log_interval = interval
+        self.level = _level(level, "LoguruLogger level")[0]
+        self.log_traces_enabled = log_traces
+        self._state: State | None = None
+        self._pending: dict[str, Any] = {}
+        self._step: int | None = None
+        self._hparams: dict[str, Any] = {}
+        self._hparams_written = False
+        self._fitting = False
+
+    def _emit(self, text: str, **extra: Any) -> None:
+        get_logger().bind(**extra).log(self.level, text)
+
+    def _write(self, prefix: str, held: Mapping[str, Any]) -> None:
+        values = to_host(held)  # every value due, in one transfer
+        pairs = " ".join(f"{key}={format_value(value)}" for key, value in values.items())
+        self._emit(f"{prefix} {pairs}".lstrip(), metrics=values, step=self._step)
+
+    def _write_pending(self, prefix: str) -> None:
+        if self._pending:
+            held, self._pending = self._pending, {}
+            self._write(prefix, held)
+
+    def _write_hparams(self) -> None:
+        if not self._hparams or self._hparams_written:
+            return
+        self._hparams_written = True
+        pairs = " ".join(f"{key}={value}" for key, value in self._hparams.items())
+        self._emit(f"Hyperparameters: {pairs}", hyperparameters=dict(self._hparams))
+
+    def _prefix(self) -> str:
+        if self._state is None:
+            return ""
+        ts = self._state.timestamp
+        total = self._state.dataloader_len
+        batch = f"{ts.batch_in_epoch.value}" + (f"/{total.value}" if total is not None else "")
+        return f"[epoch={ts.epoch.value + 1}][batch={batch}]"
+
+    @override
+    def init(self, state: State, logger: Logger) -> None:
+        self._state = state
+
+    @override
+    def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
+        self._hparams.update(hyperparameters)
+        if self._fitting:
+            self._write_hparams()
+
+    @override
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        self._pending.update(metrics)
+        self._step = step
+
+    @override
+    def log_traces(self, traces: Mapping[str, Any]) -> None:
+        if self.log_traces_enabled and traces:
+            pairs = " ".join(f"{key}={value}" for key, value in traces.items())
+            self._emit(f"Traces: {pairs}", traces=dict(traces))
+
+    @override
+    def fit_start(self, state: State, logger: Logger) -> None:
+        self._fitting = True
+        self._write_hparams()
+
+    @override
+    def batch_end(self, state: State, logger: Logger) -> None:
+        n = self.log_interval.value
+        if self.log_interval.unit is TimeUnit.BATCH and state.timestamp._batch % n == 0:
+            self._write_pending(self._prefix())
+
+    @override
+    def epoch_end(self, state: State, logger: Logger) -> None:
+        n = self.log_interval.value
+        if self.log_interval.unit is TimeUnit.EPOCH and state.timestamp._epoch % n == 0:
+            self._write_pending(f"[epoch={state.timestamp.epoch.value}][end]")
+
+    @override
+    def eval_end(self, state: State, logger: Logger) -> None:
+        label = state.dataloader_label or "eval"
+        prefix = f"metrics/{label}/"
+        due = {k: self._pending.pop(k) for k in list(self._pending) if k.startswith(prefix)}
+        if due:
+            self._write(f"[eval {label}] after {state.timestamp.batch}", due)
+
+    @override
+    def fit_end(self, state: State, logger: Logger) -> None:
+        self._write_pending(f"[fit end][batch={state.timestamp.batch.value}]")
+        self._fitting = False
+
+    @override
+    def eval_standalone_end(self, state: State, logger: Logger) -> None:
+        self._write_pending("[eval]")
+
+    @override
+    def exception(self, state: State, logger: Logger) -> None:
+        self._write_pending("[exception]")
+
+    @override
+    def close(self, state: State, logger: Logger) -> None:
+        self._write_pending("[close]")
