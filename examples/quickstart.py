@@ -3,9 +3,13 @@
 Runs in a few seconds on a CPU, needs no network, and writes a run folder:
 
     runs/default/<user>/<run_name>/
-        logs-rank0.txt        the text log: metrics, hyperparameters
+        logs/train/rank-0/    the application log (loguru): debug/info/warning/error.log
+        logs-rank0.txt        FileLogger's text log: metrics, hyperparameters
         metrics-rank0.jsonl   one JSON object per logged call: step, epoch, batch,
                               wall_time and the metrics (pandas.read_json(path, lines=True))
+
+A progress bar shows on stderr (plain lines when stderr is not a terminal),
+and a metrics line goes to the log every 50 batches.
 
 Usage:
     python examples/quickstart.py [--epochs 3] [--workspace runs] [--run-name NAME]
@@ -20,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from obsbus import RunFolder, Trainer
-from obsbus.loggers import ConsoleLogger, FileLogger, InMemoryLogger
+from obsbus.log import reset_logging, setup_logging
+from obsbus.loggers import FileLogger, InMemoryLogger, LoguruLogger, ProgressBarLogger
 from obsbus.state import default_run_name
 
 
@@ -54,6 +59,8 @@ def main(argv: list[str] | None = None) -> Path:
     memory = InMemoryLogger()
     run_name = args.run_name or default_run_name()
     folder = RunFolder.from_parts(workspace=args.workspace, exp_name=run_name)
+    log = setup_logging(folder, module="train")
+    log.info("quickstart: {} epochs of a 16-64-64-4 MLP on synthetic blobs", args.epochs)
 
     with Trainer(
         model,
@@ -64,7 +71,7 @@ def main(argv: list[str] | None = None) -> Path:
         loss_fn=F.cross_entropy,
         eval_dataloader=val,
         eval_interval="1ep",
-        loggers=[ConsoleLogger(log_interval="50ba", stream="stdout"), FileLogger(), memory],
+        loggers=[ProgressBarLogger(), LoguruLogger(log_interval="50ba"), FileLogger(), memory],
         run_name=run_name,
         run_folder=folder,
         device="cpu",
@@ -76,6 +83,7 @@ def main(argv: list[str] | None = None) -> Path:
     print(f"\nTrained {trainer.state.timestamp.batch} in {trainer.state.timestamp.total_wct:.1f}s; "
           f"final eval loss {final:.4f}.")
     print(f"Run folder: {folder.root}")
+    reset_logging()
     return folder.root
 
 

@@ -13,3 +13,7 @@ def _isolate(tmp_path, monkeypatch):
                  "OBSBUS_RUN_NAME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    yield
+    from obsbus.log import reset_logging
+
+    reset_logging()  # a test that set up loguru and forgot to undo it

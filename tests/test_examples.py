@@ -24,6 +24,10 @@ def test_quickstart_writes_a_run_folder(tmp_path):
     losses = [r for r in rows if "loss/train/total" in r]
     assert [r["batch"] for r in losses] == list(range(1, 101))
     assert any("metrics/eval/loss" in r for r in rows)
+    info = (folder / "logs" / "train" / "rank-0" / "info.log").read_text()
+    assert "quickstart: 1 epochs" in info
+    assert "[epoch=1][batch=50/100] loss/train/total=" in info
+    assert "train epoch" in out.stderr  # the progress bar, as plain lines off a terminal
     text = (folder / "logs-rank0.txt").read_text()
     assert "[hyperparameter][batch=0]: max_duration: 1ep" in text
     assert "[hyperparameter][batch=0]: batch_size: 64" in text
@@ -35,3 +39,11 @@ def test_plain_loop_example_gets_the_same_metrics():
     assert losses["batch"] == list(range(1, 43))  # 3 epochs of 14 batches
     assert losses["epoch"][-1] == 2
     assert len(memory.get_timeseries("metrics/eval/loss")["batch"]) == 1
+
+
+def test_logger_smoke_script_passes():
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "logger_smoke.py")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("\nok    ") + out.stdout.startswith("ok    ") == 5
+    assert "logger smoke: all destinations ok" in out.stdout
