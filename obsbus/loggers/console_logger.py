@@ -8,9 +8,10 @@ from typing import Any, TextIO
 
 from typing_extensions import override
 
+from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.state import State
-from obsbus.time import Time, TimeLike, TimeUnit
+from obsbus.time import TimeLike, TimeUnit
 from obsbus.values import to_host
 
 __all__ = ["ConsoleLogger", "format_value"]
@@ -69,12 +70,7 @@ class ConsoleLogger(LoggerDestination):
         stream: str | TextIO = "stderr",
         log_traces: bool = False,
     ) -> None:
-        interval = Time.from_input(log_interval, default_unit=TimeUnit.EPOCH)
-        if interval.unit not in (TimeUnit.BATCH, TimeUnit.EPOCH) or interval.value < 1:
-            raise ValueError(
-                f"ConsoleLogger log_interval {str(interval)!r} is not supported: use a positive "
-                "number of batches or epochs, e.g. '10ba' or '1ep'."
-            )
+        interval = LogInterval(log_interval, "ConsoleLogger log_interval", TimeUnit.EPOCH)
         if isinstance(stream, str) and stream not in _STREAMS:
             raise ValueError(
                 f"ConsoleLogger stream {stream!r} is not supported: use 'stdout', 'stderr' or "
@@ -153,14 +149,12 @@ class ConsoleLogger(LoggerDestination):
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
-        n = self.log_interval.value
-        if self.log_interval.unit is TimeUnit.BATCH and state.timestamp._batch % n == 0:
+        if self.log_interval.at_batch_end(state):
             self._print_pending(self._prefix())
 
     @override
     def epoch_end(self, state: State, logger: Logger) -> None:
-        n = self.log_interval.value
-        if self.log_interval.unit is TimeUnit.EPOCH and state.timestamp._epoch % n == 0:
+        if self.log_interval.at_epoch_end(state):
             ts = state.timestamp
             self._print_pending(f"[epoch={ts.epoch.value}][end]")
 

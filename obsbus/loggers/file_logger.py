@@ -14,11 +14,12 @@ from typing import Any, TextIO, cast
 
 from typing_extensions import override
 
+from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers.console_logger import format_value
 from obsbus.naming import check_placeholders
 from obsbus.state import State
-from obsbus.time import Time, TimeLike, TimeUnit
+from obsbus.time import TimeLike, TimeUnit
 from obsbus.values import HostValues, to_host_async
 from obsbus.writer import BackgroundWriter
 
@@ -121,12 +122,7 @@ class FileLogger(LoggerDestination):
             if jsonl_filename is None
             else check_placeholders(jsonl_filename, "FileLogger jsonl_filename")
         )
-        interval = Time.from_input(log_interval, default_unit=TimeUnit.BATCH)
-        if interval.unit not in (TimeUnit.BATCH, TimeUnit.EPOCH) or interval.value < 1:
-            raise ValueError(
-                f"FileLogger log_interval {str(interval)!r} is not supported: use a positive "
-                "number of batches or epochs, e.g. '1ba' or '1ep'."
-            )
+        interval = LogInterval(log_interval, "FileLogger log_interval", TimeUnit.BATCH)
         if isinstance(flush_interval, bool) or not isinstance(flush_interval, int):
             raise TypeError(f"FileLogger flush_interval must be an int, got {flush_interval!r}.")
         if flush_interval < 1:
@@ -246,16 +242,14 @@ class FileLogger(LoggerDestination):
     # ---------------------------------------------------------------- hooks
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
-        n = self.log_interval.value
-        if self.log_interval.unit is TimeUnit.BATCH and state.timestamp._batch % n == 0:
+        if self.log_interval.at_batch_end(state):
             self._hand_over()
         if state.timestamp._batch % self.flush_interval == 0:
             self._flush(fsync=False)
 
     @override
     def epoch_end(self, state: State, logger: Logger) -> None:
-        unit, n = self.log_interval.unit, self.log_interval.value
-        if unit is TimeUnit.EPOCH and state.timestamp._epoch % n == 0:
+        if self.log_interval.at_epoch_end(state):
             self._hand_over()
 
     @override

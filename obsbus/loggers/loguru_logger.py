@@ -7,11 +7,12 @@ from typing import Any
 
 from typing_extensions import override
 
+from obsbus.interval import LogInterval
 from obsbus.log import _level, get_logger
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers.console_logger import format_value
 from obsbus.state import State
-from obsbus.time import Time, TimeLike, TimeUnit
+from obsbus.time import TimeLike, TimeUnit
 from obsbus.values import to_host
 
 __all__ = ["LoguruLogger"]
@@ -66,12 +67,7 @@ class LoguruLogger(LoggerDestination):
         level: str = "INFO",
         log_traces: bool = False,
     ) -> None:
-        interval = Time.from_input(log_interval, default_unit=TimeUnit.EPOCH)
-        if interval.unit not in (TimeUnit.BATCH, TimeUnit.EPOCH) or interval.value < 1:
-            raise ValueError(
-                f"LoguruLogger log_interval {str(interval)!r} is not supported: use a positive "
-                "number of batches or epochs, e.g. '10ba' or '1ep'."
-            )
+        interval = LogInterval(log_interval, "LoguruLogger log_interval", TimeUnit.EPOCH)
         self.log_interval = interval
         self.level = _level(level, "LoguruLogger level")[0]
         self.log_traces_enabled = log_traces
@@ -138,14 +134,12 @@ class LoguruLogger(LoggerDestination):
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
-        n = self.log_interval.value
-        if self.log_interval.unit is TimeUnit.BATCH and state.timestamp._batch % n == 0:
+        if self.log_interval.at_batch_end(state):
             self._write_pending(self._prefix())
 
     @override
     def epoch_end(self, state: State, logger: Logger) -> None:
-        n = self.log_interval.value
-        if self.log_interval.unit is TimeUnit.EPOCH and state.timestamp._epoch % n == 0:
+        if self.log_interval.at_epoch_end(state):
             self._write_pending(f"[epoch={state.timestamp.epoch.value}][end]")
 
     @override
