@@ -1,3 +1,15 @@
 """Monitors: callbacks that measure a run and log what they find."""
 
-__all__: list[str] = []
+from obsbus.callbacks.lr_monitor import LRMonitor
+from obsbus.callbacks.memory_monitor import MemoryMonitor
+from obsbus.callbacks.optimizer_monitor import OptimizerMonitor
+from obsbus.callbacks.rocm_smi_monitor import RocmSmiMonitor
+from obsbus.callbacks.runtime_estimator import RuntimeEstimator
+
+__all__ = [
+    "LRMonitor",
+    "MemoryMonitor",
+    "OptimizerMonitor",
+    "RocmSmiMonitor",
+    "RuntimeEstimator",
+]

@@ -1,0 +1,278 @@
+"""Log the CUDA/ROCm caching allocator's memory statistics, or the host's, at an interval."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import override
+
+from obsbus import dist
+from obsbus.callback import Callback
+from obsbus.interval import LogInterval
+from obsbus.logger import Logger
+from obsbus.state import State
+from obsbus.time import TimeLike
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["MemoryMonitor", "cuda_memory_report"]
+
+GB = 1e9
+"""Bytes in a gigabyte: every ``*_mem`` key is in decimal GB (Composer's unit), not GiB."""
+
+#: ``torch.cuda.memory_stats()`` key -> obsbus key (after ``memory/``), in logging order.
+CUDA_KEYS: dict[str, str] = {
+    "allocated_bytes.all.current": "current_allocated_mem",
+    "active_bytes.all.current": "current_active_mem",
+    "inactive_split_bytes.all.current": "current_inactive_mem",
+    "reserved_bytes.all.current": "current_reserved_mem",
+    "allocated_bytes.all.peak": "peak_allocated_mem",
+    "active_bytes.all.peak": "peak_active_mem",
+    "inactive_split_bytes.all.peak": "peak_inactive_mem",
+    "reserved_bytes.all.peak": "peak_reserved_mem",
+    "num_alloc_retries": "alloc_retries",
+    "num_ooms": "num_ooms",
+}
+_REDUCTIONS = ("min", "avg", "max")
+
+
+def cuda_memory_report(stats: Mapping[str, Any]) -> dict[str, float | int]:
+    """Turn a ``torch.cuda.memory_stats()`` dict into MemoryMonitor's metrics.
+
+    Byte counts become GB (1e9 bytes), counts stay ints; keys missing from
+    ``stats`` are left out (an uninitialized device gives ``{}``).
+
+    Example:
+        >>> cuda_memory_report({"allocated_bytes.all.current": 2_500_000_000,
+        ...                     "num_alloc_retries": 3, "segment.all.current": 7})
+        {'memory/current_allocated_mem': 2.5, 'memory/alloc_retries': 3}
+    """
+    report: dict[str, float | int] = {}
+    for torch_key, name in CUDA_KEYS.items():
+        if torch_key in stats:
+            value = stats[torch_key]
+            report[f"memory/{name}"] = value / GB if "bytes" in torch_key else int(value)
+    return report
+
+
+def host_memory_report() -> dict[str, float]:
+    """This process's resident memory now and at its peak, in GB (psutil and getrusage)."""
+    import psutil
+
+    report = {"memory/host_rss_mem": psutil.Process().memory_info().rss / GB}
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows has no getrusage
+        return report
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux reports KiB, macOS bytes.
+    report["memory/host_peak_rss_mem"] = (peak if sys.platform == "darwin" else peak * 1024) / GB
+    return report
+
+
+def _collective_device() -> torch.device:
+    """Where a tensor must live for the process group's backend (NCCL/RCCL: this GPU)."""
+    import torch
+
+    if dist.is_initialized():
+        import torch.distributed as tdist
+
+        backend = str(tdist.get_backend()).lower()
+        if "gloo" not in backend and "mpi" not in backend and torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _gather_rows(row: Sequence[float]) -> torch.Tensor:
+    """Every rank's ``row`` as a ``[world_size, len(row)]`` float64 table, in one all_reduce.
+
+    Each rank fills its own row of a zero table and the ranks sum them. On a
+    GPU backend the table goes over with a pinned, non-blocking copy, so
+    building it does not wait for the device.
+    """
+    import torch
+
+    initialized = dist.is_initialized()
+    world = dist.get_world_size() if initialized else 1
+    rank = dist.get_rank() if initialized else 0
+    table = torch.zeros(world, len(row), dtype=torch.float64)
+    table[rank] = torch.tensor(list(row), dtype=torch.float64)
+    device = _collective_device()
+    if device.type != "cpu":
+        table = table.pin_memory().to(device, non_blocking=True)
+    return dist.all_reduce(table, op="sum")
+
+
+def _is_oom(exc: BaseException | None, oom: type[BaseException]) -> bool:
+    """Whether ``exc`` is, or was raised from, an out-of-memory error."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, oom):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class MemoryMonitor(Callback):
+    """Logs device memory from the caching allocator, or host memory on CPU, every interval.
+
+    On CUDA and ROCm (``torch.cuda`` on both) it reads
+    ``torch.cuda.memory_stats()``: a host-side query of the allocator's
+    counters (taken under its mutex) that launches nothing and waits for no
+    stream, so it does not sync the device. It is still only called at log
+    steps. On a run that is not on a GPU it logs the process's resident
+    memory (psutil) instead of zeros.
+
+    Keys (``*_mem`` in GB = 1e9 bytes, as Composer; divide by 1.073741824 for GiB):
+
+    - ``memory/current_allocated_mem``: GB held by tensors now.
+    - ``memory/current_active_mem``: GB in active blocks now.
+    - ``memory/current_inactive_mem``: GB in inactive, non-releasable split blocks.
+    - ``memory/current_reserved_mem``: GB the allocator holds from the driver.
+    - ``memory/peak_allocated_mem``, ``memory/peak_active_mem``,
+      ``memory/peak_inactive_mem``, ``memory/peak_reserved_mem``: GB, the
+      peaks of the four above since process start (or since the previous
+      log with ``reset_peaks=True``).
+    - ``memory/alloc_retries``: count of cudaMalloc failures that flushed the
+      cache and retried, since process start.
+    - ``memory/num_ooms``: count of out-of-memory errors, since process start.
+    - ``memory/host_rss_mem``: GB, this process's resident set now. Logged
+      when the run is not on a GPU (or with ``host_memory=True``).
+    - ``memory/host_peak_rss_mem``: GB, this process's peak resident set since
+      it started (``getrusage``; never reset). Logged with ``host_rss_mem``.
+
+    With ``reduce_across_ranks=True`` every key above also gets
+    ``{key}_min``, ``{key}_avg`` and ``{key}_max`` over the ranks (Composer's
+    names, e.g. ``memory/peak_allocated_mem_max``), from one all_reduce of a
+    ``[world_size, n_keys]`` table per log step. Every rank must then run the
+    monitor with the same interval, on the same kind of device. On a GPU
+    backend those values are logged as device tensors (no sync here).
+
+    When a run ends with ``torch.cuda.OutOfMemoryError`` (or an error raised
+    from one), this rank's keys are logged once more at ``exception`` (no
+    reduction), so the last picture reaches the destinations before they
+    flush.
+
+    Args:
+        log_interval: ``"10ba"`` or ``"1ep"``; a bare int counts batches.
+        reduce_across_ranks: also log min/avg/max over ranks. Off by default
+            (as Composer): it puts a collective in every log step.
+        reset_peaks: reset the allocator's peak counters after each log, so
+            ``peak_*`` is the peak since the previous log. Off by default: it
+            changes what ``torch.cuda.max_memory_allocated()`` returns to the
+            rest of the program, so by default peaks run from process start.
+        host_memory: log the ``host_*`` keys: ``None`` (default) when the run
+            is not on a GPU, ``True`` always, ``False`` never.
+
+    Example:
+        >>> from obsbus import Run
+        >>> from obsbus.loggers import InMemoryLogger
+        >>> mem = InMemoryLogger()
+        >>> with Run(max_duration="2ba", callbacks=[MemoryMonitor()], loggers=[mem]) as run:
+        ...     for batch in run.train([[1, 2], [3, 4]]):
+        ...         pass
+        >>> mem.most_recent_values["memory/host_rss_mem"] > 0
+        True
+        >>> "memory/current_allocated_mem" in mem.most_recent_values  # CPU run
+        False
+    """
+
+    def __init__(
+        self,
+        log_interval: TimeLike = "1ba",
+        *,
+        reduce_across_ranks: bool = False,
+        reset_peaks: bool = False,
+        host_memory: bool | None = None,
+    ) -> None:
+        self.log_interval = LogInterval(log_interval, "MemoryMonitor log_interval")
+        for name, value in (
+            ("reduce_across_ranks", reduce_across_ranks),
+            ("reset_peaks", reset_peaks),
+        ):
+            if not isinstance(value, bool):
+                raise TypeError(f"MemoryMonitor {name} must be True or False, got {value!r}.")
+        if host_memory is not None and not isinstance(host_memory, bool):
+            raise TypeError(
+                f"MemoryMonitor host_memory must be None, True or False, got {host_memory!r}."
+            )
+        self.reduce_across_ranks = reduce_across_ranks
+        self.reset_peaks = reset_peaks
+        self.host_memory = host_memory
+        self._cuda: bool | None = None  # decided at fit_start (or the first log)
+        self._cuda_index: int | None = None
+
+    def _find_device(self, state: State) -> None:
+        torch = sys.modules.get("torch")
+        self._cuda, self._cuda_index = False, None
+        if torch is None:
+            return
+        device = state.device
+        parameters = getattr(state.model, "parameters", None)
+        if device is None and callable(parameters):
+            first = next(iter(parameters()), None)
+            device = getattr(first, "device", None)
+        if device is None:
+            self._cuda = bool(torch.cuda.is_initialized())
+            return
+        device = torch.device(device)
+        self._cuda = device.type == "cuda"
+        self._cuda_index = device.index
+
+    def _report(self, state: State) -> dict[str, Any]:
+        if self._cuda is None:
+            self._find_device(state)
+        report: dict[str, Any] = {}
+        if self._cuda:
+            import torch
+
+            report.update(cuda_memory_report(torch.cuda.memory_stats(self._cuda_index)))
+        if self.host_memory or (self.host_memory is None and not self._cuda):
+            report.update(host_memory_report())
+        return report
+
+    def _log(self, state: State, logger: Logger) -> None:
+        report = self._report(state)
+        metrics: dict[str, Any] = dict(report)
+        if self.reduce_across_ranks and report:
+            table = _gather_rows([float(v) for v in report.values()])
+            stats = (table.amin(0), table.mean(0), table.amax(0))
+            columns: list[Any] = [
+                s.tolist() if s.device.type == "cpu" else list(s.unbind()) for s in stats
+            ]
+            for i, key in enumerate(report):
+                for name, column in zip(_REDUCTIONS, columns, strict=True):
+                    metrics[f"{key}_{name}"] = column[i]
+        if metrics:
+            logger.log_metrics(metrics)
+        if self.reset_peaks and self._cuda:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(self._cuda_index)
+
+    @override
+    def fit_start(self, state: State, logger: Logger) -> None:
+        self._find_device(state)
+
+    @override
+    def batch_end(self, state: State, logger: Logger) -> None:
+        if self.log_interval.at_batch_end(state):
+            self._log(state, logger)
+
+    @override
+    def epoch_end(self, state: State, logger: Logger) -> None:
+        if self.log_interval.at_epoch_end(state):
+            self._log(state, logger)
+
+    @override
+    def exception(self, state: State, logger: Logger) -> None:
+        torch = sys.modules.get("torch")
+        if torch is None or not _is_oom(state.exception, torch.cuda.OutOfMemoryError):
+            return
+        report = self._report(state)
+        if report:
+            logger.log_metrics(report)

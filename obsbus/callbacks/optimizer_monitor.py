@@ -1,0 +1,273 @@
+"""Gradient and parameter L2 norms, and zeros in gradients, in fused kernels at an interval."""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import override
+
+from obsbus.callback import Callback
+from obsbus.errors import ObsbusWarning
+from obsbus.interval import LogInterval
+from obsbus.logger import Logger
+from obsbus.state import State
+from obsbus.time import TimeLike
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["OptimizerMonitor", "count_zeros", "fused_l2_norms"]
+
+
+def _trainable_parameters(state: State) -> list[tuple[str, torch.Tensor]]:
+    """``(name, parameter)`` of every trainable parameter: the model's, else the optimizers'."""
+    named = getattr(state.model, "named_parameters", None)
+    if callable(named):
+        return [(name, p) for name, p in named() if p.requires_grad]
+    found: list[tuple[str, torch.Tensor]] = []
+    seen: set[int] = set()
+    for o, optimizer in enumerate(state.optimizers):
+        for g, group in enumerate(getattr(optimizer, "param_groups", ())):
+            for j, p in enumerate(group.get("params", ())):
+                if id(p) not in seen and getattr(p, "requires_grad", False):
+                    seen.add(id(p))
+                    found.append((f"optimizer{o}.group{g}.{j}", p))
+    return found
+
+
+def _by_device(tensors: list[torch.Tensor]) -> dict[Any, list[int]]:
+    """Indices of ``tensors`` grouped by device (and by float64 or not, for the norm's dtype)."""
+    import torch
+
+    groups: dict[Any, list[int]] = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault((t.device, t.dtype == torch.float64), []).append(i)
+    return groups
+
+
+def _target_device(tensors: list[torch.Tensor]) -> torch.device:
+    """Where per-device results meet: the first accelerator, so nothing waits on a copy to host."""
+    for t in tensors:
+        if t.device.type != "cpu":
+            return t.device
+    return tensors[0].device
+
+
+def _move(value: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``value`` on ``device`` without blocking the host (pinned memory for host to CUDA)."""
+    if value.device == device:
+        return value
+    if value.device.type == "cpu" and device.type == "cuda":
+        value = value.pin_memory()
+    return value.to(device, non_blocking=True)
+
+
+def _combine(totals: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    import torch
+
+    if len(totals) == 1:
+        return totals[0]
+    total: torch.Tensor = torch.linalg.vector_norm(torch.stack([_move(t, device) for t in totals]))
+    return total
+
+
+def fused_l2_norms(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The L2 norm of ``tensors`` as one vector, and each tensor's own norm.
+
+    One ``torch._foreach_norm`` per device (per device and float64-or-not,
+    when both occur), then ``vector_norm`` of the stacked norms: the
+    algorithm of ``torch.nn.utils.get_total_norm``. Half-precision norms are
+    computed in float32, so a norm above 256 does not overflow float16 when
+    squared. Nothing is synced; the results stay on the device.
+
+    Example:
+        >>> import torch
+        >>> total, each = fused_l2_norms([torch.tensor([3.0, 0.0]), torch.tensor([4.0])])
+        >>> total, each
+        (tensor(5.), [tensor(3.), tensor(4.)])
+    """
+    import torch
+
+    half = (torch.float16, torch.bfloat16)
+    each: list[Any] = [None] * len(tensors)
+    totals = []
+    for (_, wide), indices in _by_device(tensors).items():
+        group = [tensors[i] for i in indices]
+        # float32 norms for half-precision tensors; float64 ones keep float64.
+        dtype = torch.float32 if not wide and any(t.dtype in half for t in group) else None
+        norms = torch._foreach_norm(group, 2, dtype=dtype)
+        for i, norm in zip(indices, norms, strict=True):
+            each[i] = norm
+        totals.append(torch.linalg.vector_norm(torch.stack(list(norms))))
+    return _combine(totals, _target_device(tensors)), each
+
+
+def count_zeros(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """How many elements of ``tensors`` are exactly zero, as an int64 tensor (no sync).
+
+    Example:
+        >>> import torch
+        >>> count_zeros([torch.tensor([0.0, 1.0, 0.0]), torch.zeros(2, 2)])
+        tensor(6)
+    """
+    import torch
+
+    counts = []
+    for (_, _), indices in _by_device(tensors).items():
+        group = [tensors[i] for i in indices]
+        numel = sum(t.numel() for t in group)
+        nonzero = torch.stack([torch.count_nonzero(t) for t in group]).sum()
+        counts.append(numel - nonzero)
+    device = _target_device(tensors)
+    return counts[0] if len(counts) == 1 else torch.stack([_move(c, device) for c in counts]).sum()
+
+
+class OptimizerMonitor(Callback):
+    """Logs the global gradient L2 norm, parameter norm and gradient zeros every interval.
+
+    It reads the gradients at ``batch_end`` (``epoch_end`` for an epoch
+    interval), after the optimizer step, as Composer does: they are the
+    batch's full gradients (every microbatch accumulated), after any
+    in-place clipping the loop did. obsbus's :class:`~obsbus.Trainer` zeroes
+    gradients at the start of the next batch so they survive until then; a
+    hand-written loop that calls ``zero_grad(set_to_none=True)`` right after
+    ``optimizer.step()`` leaves none, which is reported once (an
+    :class:`~obsbus.ObsbusWarning`) and the ``grad`` keys are not logged.
+    The parameter norm is of the parameters after the step.
+
+    Cost: nothing on batches that are not due. On a due batch, one fused
+    ``torch._foreach_norm`` over the gradients per device (another over the
+    parameters with ``log_param_norm``), then one ``vector_norm`` of the
+    stacked norms; the per-layer norms are the fused call's outputs, so they
+    cost no extra kernel. ``log_num_zeros`` adds one ``count_nonzero`` per
+    gradient. Every value is logged as a tensor on the device, with no sync:
+    the destinations turn them into numbers at their own interval. When the
+    parameters sit on several devices, each device's norm is computed where
+    it lives and the results meet on the first accelerator.
+
+    Which parameters: those of ``state.model.named_parameters()`` that
+    require grad (frozen ones are left out of both norms); without a model,
+    those of the optimizers, named ``optimizer{o}.group{g}.{j}``. Parameters
+    with no gradient (unused this batch) are left out of the gradient keys.
+
+    Distributed: every value is this rank's local one. Under DDP the
+    gradients are all-reduced before the step, so the gradient norm is the
+    global one on every rank, as is the parameter norm. Under FSDP,
+    tensor or pipeline parallelism each rank holds a shard, so the values
+    are those of the shard (square, sum over ranks and take the root for
+    the global norm); a cross-rank reduction is not done here, and FSDP1's
+    flattened parameters make the per-layer names those of the flat
+    parameters.
+
+    Keys (L2 norms are in the units of the gradients and parameters, as
+    float32 0-d tensors, float64 when any tensor is float64):
+
+    - ``l2_norm/grad/global``: the L2 norm of all gradients taken as one
+      vector (what ``torch.nn.utils.get_total_norm`` returns).
+    - ``l2_norm/grad/{name}``: each parameter's gradient norm, with
+      ``log_per_layer=True``; ``name`` is the parameter's name in the model,
+      e.g. ``l2_norm/grad/0.weight``.
+    - ``l2_norm/param/global``: the L2 norm of all trainable parameters as one
+      vector (Megatron's ``log_params_norm``), with ``log_param_norm=True``.
+    - ``l2_norm/param/{name}``: each parameter's norm, with both
+      ``log_param_norm`` and ``log_per_layer``.
+    - ``num_zeros/grad/global``: the number of gradient elements that are
+      exactly zero (Megatron's ``log_num_zeros_in_grad``; a count, int64),
+      with ``log_num_zeros=True``.
+
+    Args:
+        log_interval: ``"10ba"`` (default, as Composer) or ``"1ep"``; a bare
+            int counts batches.
+        log_per_layer: also log every parameter's norms.
+        log_param_norm: log the parameter norm (default on).
+        log_num_zeros: log the number of zeros in the gradients.
+
+    Example:
+        >>> import torch
+        >>> from obsbus import Trainer
+        >>> from obsbus.loggers import InMemoryLogger
+        >>> data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(4)]
+        >>> mem = InMemoryLogger()
+        >>> with Trainer(torch.nn.Linear(4, 1), data, "4ba", loss_fn=torch.nn.functional.mse_loss,
+        ...              callbacks=[OptimizerMonitor("2ba", log_per_layer=True)],
+        ...              loggers=[mem], device="cpu") as trainer:
+        ...     trainer.fit()
+        >>> mem.get_timeseries("l2_norm/grad/global")["step"]
+        [2, 4]
+        >>> sorted(k for k in mem.most_recent_values if k.startswith("l2_norm/"))
+        ['l2_norm/grad/bias', 'l2_norm/grad/global', 'l2_norm/grad/weight',
+         'l2_norm/param/bias', 'l2_norm/param/global', 'l2_norm/param/weight']
+    """
+
+    def __init__(
+        self,
+        log_interval: TimeLike = "10ba",
+        log_per_layer: bool = False,
+        log_param_norm: bool = True,
+        log_num_zeros: bool = False,
+    ) -> None:
+        self.log_interval = LogInterval(log_interval, "OptimizerMonitor log_interval")
+        for name, value in (
+            ("log_per_layer", log_per_layer),
+            ("log_param_norm", log_param_norm),
+            ("log_num_zeros", log_num_zeros),
+        ):
+            if not isinstance(value, bool):
+                raise TypeError(f"OptimizerMonitor {name} must be True or False, got {value!r}.")
+        self.log_per_layer = log_per_layer
+        self.log_param_norm = log_param_norm
+        self.log_num_zeros = log_num_zeros
+        self._warned_no_grads = False
+
+    def _metrics(self, state: State) -> dict[str, Any]:
+        import torch
+
+        params = _trainable_parameters(state)
+        metrics: dict[str, Any] = {}
+        if not params:
+            return metrics
+        with torch.no_grad():
+            named_grads = [(name, p.grad) for name, p in params if p.grad is not None]
+            if named_grads:
+                grads = [g for _, g in named_grads]
+                total, each = fused_l2_norms(grads)
+                metrics["l2_norm/grad/global"] = total
+                if self.log_per_layer:
+                    for (name, _), norm in zip(named_grads, each, strict=True):
+                        metrics[f"l2_norm/grad/{name}"] = norm
+                if self.log_num_zeros:
+                    metrics["num_zeros/grad/global"] = count_zeros(grads)
+            elif not self._warned_no_grads:
+                self._warned_no_grads = True
+                warnings.warn(
+                    f"OptimizerMonitor: no trainable parameter has a gradient at batch "
+                    f"{state.timestamp._batch}, so no l2_norm/grad keys are logged. It reads "
+                    "gradients at batch_end, after optimizer.step(). To fix, call "
+                    "optimizer.zero_grad() at the start of each step (before the forward "
+                    "pass), not right after optimizer.step().",
+                    ObsbusWarning,
+                    stacklevel=3,
+                )
+            if self.log_param_norm:
+                total, each = fused_l2_norms([p.detach() for _, p in params])
+                metrics["l2_norm/param/global"] = total
+                if self.log_per_layer:
+                    for (name, _), norm in zip(params, each, strict=True):
+                        metrics[f"l2_norm/param/{name}"] = norm
+        return metrics
+
+    def _log(self, state: State, logger: Logger) -> None:
+        metrics = self._metrics(state)
+        if metrics:
+            logger.log_metrics(metrics)
+
+    @override
+    def batch_end(self, state: State, logger: Logger) -> None:
+        if self.log_interval.at_batch_end(state):
+            self._log(state, logger)
+
+    @override
+    def epoch_end(self, state: State, logger: Logger) -> None:
+        if self.log_interval.at_epoch_end(state):
+            self._log(state, logger)

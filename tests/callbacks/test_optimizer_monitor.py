@@ -1,0 +1,242 @@
+"""OptimizerMonitor: fused gradient and parameter norms, and gradient zeros, at an interval."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from obsbus import Callback, Logger, ObsbusWarning, Run, State, Timestamp, Trainer
+from obsbus.callbacks.optimizer_monitor import OptimizerMonitor, count_zeros, fused_l2_norms
+from obsbus.loggers import InMemoryLogger
+
+from ..helpers import regression_data, tiny_model
+from ..test_values import SyncsPerBatch, SyncSpy
+
+
+class Reference(Callback):
+    """At batch_end (after the monitor), what the monitor should have seen, by other means."""
+
+    def __init__(self):
+        self.grad_norm, self.param_norm, self.grad_zeros = {}, {}, {}
+
+    def batch_end(self, state, logger):
+        batch = state.timestamp.batch.value
+        params = [p for p in state.model.parameters() if p.requires_grad]
+        grads = [p.grad for p in params if p.grad is not None]
+        self.grad_norm[batch] = torch.nn.utils.get_total_norm(grads).item()
+        self.param_norm[batch] = math.sqrt(
+            sum(p.detach().double().pow(2).sum().item() for p in params)
+        )
+        self.grad_zeros[batch] = sum(int((g == 0).sum()) for g in grads)
+
+
+def fit(monitor, batches=6, model=None, reference=None, **kwargs):
+    model = model or tiny_model()
+    mem = InMemoryLogger()
+    callbacks = [monitor] + ([reference] if reference else [])
+    with Trainer(
+        model,
+        regression_data(batches),
+        f"{batches}ba",
+        loss_fn=F.mse_loss,
+        optimizers=torch.optim.SGD(model.parameters(), lr=0.1),
+        callbacks=callbacks,
+        loggers=[mem],
+        device="cpu",
+        **kwargs,
+    ) as trainer:
+        trainer.fit()
+    return mem
+
+
+def series(mem, key):
+    out = mem.get_timeseries(key)
+    return dict(zip(out["step"], out[key], strict=True))
+
+
+def test_global_norms_and_zeros_match_torch_over_a_trainer_run():
+    ref = Reference()
+    mem = fit(OptimizerMonitor("2ba", log_num_zeros=True), reference=ref, grad_accum=2)
+    grad, param, zeros = (
+        series(mem, k)
+        for k in ("l2_norm/grad/global", "l2_norm/param/global", "num_zeros/grad/global")
+    )
+    assert list(grad) == list(param) == list(zeros) == [2, 4, 6]
+    for batch in (2, 4, 6):
+        assert grad[batch] == pytest.approx(ref.grad_norm[batch], rel=1e-6)
+        assert param[batch] == pytest.approx(ref.param_norm[batch], rel=1e-6)
+        assert zeros[batch] == ref.grad_zeros[batch]
+    assert any(ref.grad_zeros.values())  # ReLU leaves some zero gradients: a real count
+    assert isinstance(mem.most_recent_values["num_zeros/grad/global"], torch.Tensor)
+
+
+def test_exact_values_from_gradients_set_by_hand():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1, bias=False))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[1.0, 2.0], [2.0, 4.0]]))  # norm 5
+        model[0].bias.zero_()
+        model[1].weight.copy_(torch.tensor([[0.0, 0.0]]))
+    model[0].weight.grad = torch.tensor([[3.0, 0.0], [0.0, 0.0]])  # 3 zeros on purpose
+    model[0].bias.grad = torch.tensor([0.0, 4.0])  # 1 zero
+    # model[1].weight has no gradient: left out of the gradient keys, still in the param norm
+    state = State(run_name="r", model=model)
+    state.timestamp = Timestamp(batch=10)
+    mem = InMemoryLogger()
+
+    OptimizerMonitor(log_per_layer=True, log_num_zeros=True).batch_end(state, Logger(state, [mem]))
+    got = {k: v.item() for k, v in mem.most_recent_values.items()}
+    assert got == {
+        "l2_norm/grad/global": 5.0,
+        "l2_norm/grad/0.weight": 3.0,
+        "l2_norm/grad/0.bias": 4.0,
+        "num_zeros/grad/global": 4,
+        "l2_norm/param/global": 5.0,
+        "l2_norm/param/0.weight": 5.0,
+        "l2_norm/param/0.bias": 0.0,
+        "l2_norm/param/1.weight": 0.0,
+    }
+
+
+def test_per_layer_keys_are_named_after_the_parameters_and_frozen_ones_are_left_out():
+    model = tiny_model()
+    model[2].bias.requires_grad_(False)
+    mem = fit(OptimizerMonitor("3ba", log_per_layer=True), model=model)
+    names = ["0.weight", "0.bias", "2.weight"]
+    assert {k for k in mem.data if k.startswith("l2_norm/")} == {
+        "l2_norm/grad/global",
+        "l2_norm/param/global",
+        *(f"l2_norm/grad/{n}" for n in names),
+        *(f"l2_norm/param/{n}" for n in names),
+    }
+    per_layer = [series(mem, f"l2_norm/grad/{n}")[6] for n in names]
+    assert series(mem, "l2_norm/grad/global")[6] == pytest.approx(
+        math.sqrt(sum(v * v for v in per_layer)), rel=1e-6
+    )
+
+
+def test_only_at_the_interval_batches_and_epochs():
+    mem = fit(OptimizerMonitor("4ba"), batches=9)
+    assert mem.get_timeseries("l2_norm/grad/global")["step"] == [4, 8]
+    model = tiny_model()
+    mem = InMemoryLogger()
+    with Trainer(
+        model,
+        regression_data(3),
+        "2ep",
+        loss_fn=F.mse_loss,
+        callbacks=[OptimizerMonitor("1ep", log_param_norm=False)],
+        loggers=[mem],
+        device="cpu",
+    ) as trainer:
+        trainer.fit()
+    assert mem.get_timeseries("l2_norm/grad/global")["step"] == [3, 6]
+    assert "l2_norm/param/global" not in mem.data
+
+
+class ForeachCalls(Callback):
+    """How many times ``torch._foreach_norm`` ran during each batch (after the monitor)."""
+
+    def __init__(self, counter):
+        self.counter, self.per_batch, self._seen = counter, {}, 0
+
+    def batch_checkpoint(self, state, logger):
+        self.per_batch[state.timestamp.batch.value] = self.counter["n"] - self._seen
+        self._seen = self.counter["n"]
+
+
+@pytest.mark.parametrize(
+    ("log_param_norm", "per_due_step"), [(False, 1), (True, 2)], ids=["grads", "grads+params"]
+)
+def test_one_fused_norm_call_per_due_step(monkeypatch, log_param_norm, per_due_step):
+    counter = Counter()
+    real = torch._foreach_norm
+
+    def counting(*args, **kwargs):
+        counter["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "_foreach_norm", counting)
+    calls = ForeachCalls(counter)
+    fit(OptimizerMonitor("2ba", log_per_layer=True, log_param_norm=log_param_norm), reference=calls)
+    assert calls.per_batch == {k: per_due_step if k % 2 == 0 else 0 for k in range(1, 7)}
+
+
+def test_never_syncs_even_on_due_steps():
+    spy = SyncSpy()
+    recorder = SyncsPerBatch(spy)
+    with spy:
+        mem = fit(
+            OptimizerMonitor("2ba", log_per_layer=True, log_num_zeros=True), reference=recorder
+        )
+    assert recorder.per_batch == {k: [] for k in range(1, 7)}
+    assert len(mem.data["l2_norm/grad/global"]) == 3
+
+
+def test_half_precision_norms_do_not_overflow():
+    grads = [
+        torch.full((4,), 300.0, dtype=torch.float16),
+        torch.full((2,), 100.0, dtype=torch.bfloat16),
+    ]
+    total, each = fused_l2_norms(grads)
+    assert total.dtype == torch.float32
+    assert total.item() == pytest.approx(math.sqrt(4 * 300.0**2 + 2 * 100.0**2), rel=1e-6)
+    assert [e.item() for e in each] == [600.0, pytest.approx(141.42, rel=1e-3)]
+    mixed, _ = fused_l2_norms([torch.tensor([3.0]), torch.tensor([4.0], dtype=torch.float64)])
+    assert mixed.dtype == torch.float64 and mixed.item() == 5.0
+    assert count_zeros([torch.zeros(3, dtype=torch.bfloat16), torch.tensor([1.0, 0.0])]).item() == 4
+
+
+def test_a_loop_that_drops_its_gradients_is_told_once():
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mem = InMemoryLogger()
+
+    def drop_gradients_after_each_step():
+        with Run(
+            model=model,
+            optimizers=opt,
+            max_duration="3ba",
+            callbacks=[OptimizerMonitor("1ba")],
+            loggers=[mem],
+        ) as run:
+            for x, y in run.train(regression_data(3)):
+                run.backward(run.loss(F.mse_loss, run.forward(model, x), y))
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+    with pytest.warns(
+        ObsbusWarning, match="no trainable parameter has a gradient at batch 1"
+    ) as record:
+        drop_gradients_after_each_step()
+    assert len([w for w in record if issubclass(w.category, ObsbusWarning)]) == 1
+    assert "l2_norm/grad/global" not in mem.data
+    assert len(mem.data["l2_norm/param/global"]) == 3
+
+
+def test_without_a_model_the_optimizers_parameters_are_used():
+    weight = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+    weight.grad = torch.tensor([0.0, 2.0])
+    state = State(run_name="r", optimizers=torch.optim.SGD([weight], lr=0.1))
+    state.timestamp = Timestamp(batch=1)
+    mem = InMemoryLogger()
+
+    OptimizerMonitor("1ba", log_per_layer=True).batch_end(state, Logger(state, [mem]))
+    assert {k: v.item() for k, v in mem.most_recent_values.items()} == {
+        "l2_norm/grad/global": 2.0,
+        "l2_norm/grad/optimizer0.group0.0": 2.0,
+        "l2_norm/param/global": 5.0,
+        "l2_norm/param/optimizer0.group0.0": 5.0,
+    }
+
+
+def test_bad_arguments_are_refused_when_built():
+    with pytest.raises(ValueError, match=r"OptimizerMonitor log_interval '5sp' is not supported"):
+        OptimizerMonitor("5sp")
+    with pytest.raises(
+        TypeError, match=r"OptimizerMonitor log_num_zeros must be True or False, got 'yes'"
+    ):
+        OptimizerMonitor(log_num_zeros="yes")
