@@ -2,6 +2,9 @@
 
 from obsbus.callbacks.lr_monitor import LRMonitor
 from obsbus.callbacks.memory_monitor import MemoryMonitor
+from obsbus.callbacks.memory_snapshot import MemorySnapshot
+from obsbus.callbacks.nan_monitor import NaNMonitor, NonFiniteLossError
+from obsbus.callbacks.oom_observer import OOMObserver
 from obsbus.callbacks.optimizer_monitor import OptimizerMonitor
 from obsbus.callbacks.rocm_smi_monitor import RocmSmiMonitor
 from obsbus.callbacks.runtime_estimator import RuntimeEstimator
@@ -9,6 +12,10 @@ from obsbus.callbacks.runtime_estimator import RuntimeEstimator
 __all__ = [
     "LRMonitor",
     "MemoryMonitor",
+    "MemorySnapshot",
+    "NaNMonitor",
+    "NonFiniteLossError",
+    "OOMObserver",
     "OptimizerMonitor",
     "RocmSmiMonitor",
     "RuntimeEstimator",

@@ -1,0 +1,360 @@
+"""Find the first batch whose loss (or gradient) is not finite, without a host sync per step."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import override
+
+from obsbus import dist
+from obsbus.callback import Callback
+from obsbus.errors import ObsbusError
+from obsbus.interval import LogInterval
+from obsbus.logger import Logger
+from obsbus.state import State
+from obsbus.time import TimeLike
+from obsbus.values import to_host
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["NaNMonitor", "NonFiniteLossError"]
+
+log = logging.getLogger("obsbus")
+
+MODES = ("deferred", "immediate")
+SOURCES = ("loss", "gradient")  # in the order a tie is named
+ON_NAN = ("raise", "stop", "log")
+_NONE_BAD = 2**62  # "no bad batch yet": larger than any batch number
+
+
+class NonFiniteLossError(ObsbusError):
+    """The training loss, or the gradient, became NaN or infinite.
+
+    Attributes:
+        batch: the first batch whose value was not finite, counted from 1 (the
+            ``step`` its ``loss/train/total`` is logged at).
+        source: ``"loss"`` or ``"gradient"``.
+        checked_at: the batch after which the check found it (``batch`` in
+            ``immediate`` mode).
+        ranks: on several ranks, the ranks where it happened first; else ``()``.
+
+    Example:
+        >>> err = NonFiniteLossError(7, "loss", checked_at=100)
+        >>> err.batch, err.source
+        (7, 'loss')
+        >>> print(err)
+        NaNMonitor: the loss was not finite (NaN/Inf) at batch 7, found by the check after
+        batch 100. To stop at the bad batch itself, use NaNMonitor(mode='immediate') (a host
+        sync per microbatch).
+    """
+
+    def __init__(
+        self,
+        batch: int,
+        source: str = "loss",
+        checked_at: int | None = None,
+        ranks: Sequence[int] = (),
+    ) -> None:
+        self.batch = batch
+        self.source = source
+        self.checked_at = batch if checked_at is None else checked_at
+        self.ranks = tuple(ranks)
+        message = f"NaNMonitor: the {source} was not finite (NaN/Inf) at batch {batch}"
+        if self.ranks:
+            message += f" on rank{'s' if len(self.ranks) > 1 else ''} "
+            message += ", ".join(map(str, self.ranks))
+        if self.checked_at != batch:
+            message += (
+                f", found by the check after batch {self.checked_at}. To stop at the bad batch "
+                "itself, use NaNMonitor(mode='immediate') (a host sync per microbatch)"
+            )
+        super().__init__(message + ".")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.batch, self.source, self.checked_at, self.ranks))
+
+
+def _flatten(value: Any, tensors: list[Any], numbers: list[float]) -> None:
+    """The tensors and Python numbers in a loss: a tensor, a mapping or a sequence of them."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        tensors.append(value)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        numbers.append(value)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _flatten(item, tensors, numbers)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _flatten(item, tensors, numbers)
+
+
+class NaNMonitor(Callback):
+    """Stops, or reports, a run whose loss goes NaN or Inf, naming the first bad batch.
+
+    The check costs no host sync on most steps (Megatron and Primus sync on
+    every step for theirs). At ``after_loss`` (each microbatch) the loss's
+    finiteness is folded into a device-side int64 holding the first bad
+    batch: ``isfinite`` then ``where(ok, acc, acc.clamp(max=batch))``, three
+    small kernels and no transfer (the batch number goes in as a kernel
+    argument, not as a new tensor). Only every ``check_interval``, and at
+    ``fit_end``, is that number read back: one transfer per device. The
+    price is latency: a run may train up to ``check_interval`` batches past
+    the bad one (on NaN weights) before it hears of it. A loss that is a
+    dict, list or tuple of tensors (or nested) is bad if any part is; a
+    Python number is checked on the host. Loops that never call
+    ``run.loss`` and only set ``state.loss`` are checked at
+    ``after_train_batch``. Evaluation losses are not checked.
+
+    ``mode="immediate"`` reads the flag back at once, every microbatch: a
+    host sync each time. With ``on_nan="raise"`` the run stops inside the
+    bad batch, before its backward pass and optimizer step, so the weights
+    are still finite. For debugging.
+
+    With ``check_grad_norm=True`` the gradients are checked too, at every
+    ``after_backward``: one fused ``torch._foreach_norm(grads, inf)`` per
+    device and dtype (the max-abs norm, which can't overflow, so a large
+    finite gradient is never reported), folded into a second flag. It reads
+    every gradient once per microbatch.
+
+    On detection: ``on_nan="raise"`` raises :class:`NonFiniteLossError`
+    (the ``exception`` event runs, then the error reaches the caller);
+    ``"stop"`` logs a warning and calls ``state.stop_training()``, so the
+    run ends after the current batch (which finishes, optimizer step
+    included) and ``fit_end`` runs; ``"log"`` logs a
+    warning and goes on, and each later check reports the first bad batch
+    since the one before. When the run fails for another reason, the
+    ``exception`` event still reports what went non-finite before.
+
+    On several ranks (``torch.distributed`` initialized) each check also
+    does one ``all_reduce`` of a ``[world_size, 2]`` int64 table, so every
+    rank acts at the same check, on the earliest bad batch of any rank, and
+    the error names the ranks where it happened first. Every rank must then
+    run the monitor with the same settings. At ``exception`` only this
+    rank's flags are read (no collective).
+
+    Keys:
+
+    - ``nan/first_bad_batch``: the first batch (counted from 1, as the
+      ``step`` of ``loss/train/total``) since the previous check whose loss
+      or gradient was not finite. Logged only when one was found, at the
+      step of the check.
+
+    Args:
+        check_interval: how often the flag is read in ``deferred`` mode
+            (``"100ba"``, ``"1ep"``; a bare int counts batches). A read is one
+            small transfer that waits for the step to finish.
+        mode: ``"deferred"`` (the default) or ``"immediate"``.
+        on_nan: ``"raise"`` (the default), ``"stop"`` or ``"log"``.
+        check_grad_norm: also check the gradients after each backward.
+
+    Example:
+        >>> import torch
+        >>> from obsbus import Run
+        >>> batches = [torch.tensor([0.5]), torch.tensor([float("nan")]), torch.tensor([0.4])]
+        >>> try:
+        ...     with Run(max_duration="3ba", callbacks=[NaNMonitor("100ba")]) as run:
+        ...         for x in run.train(batches):
+        ...             loss = run.loss(torch.mean, x)
+        ... except NonFiniteLossError as err:
+        ...     print(err.batch, err.checked_at)
+        2 3
+    """
+
+    def __init__(
+        self,
+        check_interval: TimeLike = "100ba",
+        *,
+        mode: str = "deferred",
+        on_nan: str = "raise",
+        check_grad_norm: bool = False,
+    ) -> None:
+        self.check_interval = LogInterval(check_interval, "NaNMonitor check_interval")
+        if mode not in MODES:
+            raise ValueError(
+                f"NaNMonitor mode must be 'deferred' (check every check_interval) or "
+                f"'immediate' (check every microbatch, with a host sync), got {mode!r}."
+            )
+        if on_nan not in ON_NAN:
+            raise ValueError(
+                f"NaNMonitor on_nan must be 'raise', 'stop' (stop_training() after the batch) "
+                f"or 'log' (warn and go on), got {on_nan!r}."
+            )
+        if not isinstance(check_grad_norm, bool):
+            raise TypeError(
+                f"NaNMonitor check_grad_norm must be True or False, got {check_grad_norm!r}."
+            )
+        self.mode = mode
+        self.on_nan = on_nan
+        self.check_grad_norm = check_grad_norm
+        self._immediate = mode == "immediate"
+        # (source, device) -> int64 0-d tensor: the first bad batch, or _NONE_BAD.
+        self._flags: dict[tuple[str, Any], torch.Tensor] = {}
+        self._host_first_bad: int = _NONE_BAD  # losses given as Python numbers
+        self._unchecked = False  # something was folded since the last check
+        self._folded_batch = -1
+
+    # ------------------------------------------------------------------ fold
+    def _flag(self, source: str, device: Any) -> torch.Tensor:
+        flag = self._flags.get((source, device))
+        if flag is None:
+            import torch
+
+            flag = torch.full((), _NONE_BAD, dtype=torch.int64, device=device)
+            self._flags[source, device] = flag
+        return flag
+
+    def _fold(self, source: str, oks: list[torch.Tensor], batch: int) -> None:
+        import torch
+
+        by_device: dict[Any, list[torch.Tensor]] = {}
+        for ok in oks:
+            by_device.setdefault(ok.device, []).append(ok)
+        for device, flags in by_device.items():
+            ok = flags[0] if len(flags) == 1 else torch.stack(flags).all()
+            acc = self._flag(source, device)
+            torch.where(ok, acc, acc.clamp(max=batch), out=acc)
+        self._unchecked = True
+
+    def _fold_loss(self, loss: Any, batch: int) -> None:
+        tensors: list[Any] = []
+        numbers: list[float] = []
+        _flatten(loss, tensors, numbers)
+        if any(not math.isfinite(n) for n in numbers):
+            self._host_first_bad = min(self._host_first_bad, batch)
+            self._unchecked = True
+        if tensors:
+            import torch
+
+            oks = []
+            for t in tensors:
+                finite = torch.isfinite(t.detach())
+                oks.append(finite.reshape(()) if t.numel() == 1 else finite.all())
+            self._fold("loss", oks, batch)
+        self._folded_batch = batch
+
+    @override
+    def after_loss(self, state: State, logger: Logger) -> None:
+        if state.loss is not None:
+            self._fold_loss(state.loss, state.timestamp._batch + 1)
+            if self._immediate:
+                self._check(state, logger)
+
+    @override
+    def after_backward(self, state: State, logger: Logger) -> None:
+        if not self.check_grad_norm:
+            return
+        parameters = getattr(state.model, "parameters", None)
+        if not callable(parameters):
+            return
+        import torch
+
+        groups: dict[tuple[Any, Any], list[torch.Tensor]] = {}
+        for p in parameters():
+            g = p.grad
+            if g is not None and not g.is_sparse:
+                groups.setdefault((g.device, g.dtype), []).append(g)
+        if not groups:
+            return
+        oks = [
+            torch.isfinite(torch.stack(torch._foreach_norm(grads, math.inf))).all()
+            for grads in groups.values()
+        ]
+        self._fold("gradient", oks, state.timestamp._batch + 1)
+        if self._immediate:
+            self._check(state, logger)
+
+    @override
+    def after_train_batch(self, state: State, logger: Logger) -> None:
+        batch = state.timestamp._batch + 1
+        if self._folded_batch != batch and state.loss is not None:  # a loop without run.loss
+            self._fold_loss(state.loss, batch)
+            if self._immediate:
+                self._check(state, logger)
+
+    @override
+    def fit_start(self, state: State, logger: Logger) -> None:
+        self._folded_batch = -1  # a new Run may count batches from 0 again
+
+    # ----------------------------------------------------------------- check
+    @override
+    def batch_end(self, state: State, logger: Logger) -> None:
+        if self.check_interval.at_batch_end(state):
+            self._check(state, logger)
+
+    @override
+    def epoch_end(self, state: State, logger: Logger) -> None:
+        if self.check_interval.at_epoch_end(state):
+            self._check(state, logger)
+
+    @override
+    def fit_end(self, state: State, logger: Logger) -> None:
+        self._check(state, logger)
+
+    @override
+    def exception(self, state: State, logger: Logger) -> None:
+        if not isinstance(state.exception, Exception):
+            return  # Ctrl-C or SIGTERM: don't wait on the device
+        try:
+            self._check(state, logger, can_raise=False)
+        except Exception as exc:  # a device that failed can't be read; say so, quietly
+            log.debug("NaNMonitor: could not read the flags at exception: %r", exc)
+
+    def _check(self, state: State, logger: Logger, *, can_raise: bool = True) -> None:
+        """Read the flags (one transfer per device), agree across ranks, act on what they hold.
+
+        ``can_raise=False`` (at ``exception``) reads this rank's flags only: the
+        other ranks may not be at a check, so a collective there could hang.
+        """
+        world = dist.get_world_size() if can_raise and dist.is_initialized() else 1
+        if not self._unchecked and world == 1:
+            return  # nothing folded since the last read (ranks > 1 read anyway, in step)
+        self._unchecked = False
+        local = {source: _NONE_BAD for source in SOURCES}
+        local["loss"] = self._host_first_bad
+        self._host_first_bad = _NONE_BAD
+        keys = list(self._flags)
+        values = to_host({str(i): self._flags[key] for i, key in enumerate(keys)})
+        for key, first in zip(keys, values.values(), strict=True):
+            if first != _NONE_BAD:
+                local[key[0]] = min(local[key[0]], first)
+                self._flags[key].fill_(_NONE_BAD)
+        rows = _gather_rows([local[s] for s in SOURCES]) if world > 1 else [list(local.values())]
+        batch = min(min(row) for row in rows)
+        if batch == _NONE_BAD:
+            return
+        # On a tie the loss is named: a bad loss makes bad gradients, not the other way.
+        column = next(i for i in range(len(SOURCES)) if any(row[i] == batch for row in rows))
+        error = NonFiniteLossError(
+            batch,
+            SOURCES[column],
+            checked_at=batch if self._immediate else state.timestamp._batch,
+            ranks=[r for r, row in enumerate(rows) if row[column] == batch] if world > 1 else (),
+        )
+        logger.log_metrics({"nan/first_bad_batch": batch})
+        if self.on_nan == "raise" and can_raise:
+            raise error
+        if self.on_nan == "stop" and can_raise:
+            state.stop_training()
+            log.warning("%s Stopping training after this batch (on_nan='stop').", error)
+        else:
+            log.warning("%s", error)
+
+
+def _gather_rows(row: list[int]) -> list[list[int]]:
+    """Every rank's ``row``, in rank order: one all_reduce of a ``[world_size, len(row)]`` table."""
+    import torch
+    import torch.distributed as tdist
+
+    table = torch.full((dist.get_world_size(), len(row)), _NONE_BAD, dtype=torch.int64)
+    table[dist.get_rank()] = torch.tensor(row, dtype=torch.int64)
+    backend = str(tdist.get_backend()).lower()
+    if "gloo" not in backend and "mpi" not in backend and torch.cuda.is_available():
+        table = table.to(torch.device("cuda", torch.cuda.current_device()))  # NCCL/RCCL
+    rows: list[list[int]] = dist.all_reduce(table, op="min").tolist()
+    return rows
