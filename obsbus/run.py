@@ -343,8 +343,16 @@ class Run:
         else:
             due = bool(interval(self.state, event))
         if due:
+            start = time.perf_counter()
             with self.evaluating():
                 self._eval_fn(self)
+            # Evaluation counts in the run's wall clock, not in the next batch's time.
+            spent = time.perf_counter() - start
+            self._mark += spent
+            ts = self.state.timestamp
+            self.state.timestamp = ts.copy(
+                total_wct=ts.total_wct + spent, iteration_wct=ts.iteration_wct + spent
+            )
 
     def _require_fitting(self, what: str) -> None:
         if not self._fitting:

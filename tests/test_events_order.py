@@ -276,3 +276,23 @@ def test_exception_inside_fit_eval_fires_the_event_once():
         trainer.fit()
     trainer.close()
     assert counter.counts[Event.EXCEPTION] == 1
+
+
+def test_eval_time_counts_in_total_but_not_in_the_next_batch():
+    import time as _time
+
+    seen = []
+
+    class Watch(Callback):
+        def batch_end(self, state, logger):
+            seen.append((state.timestamp.batch_wct, state.timestamp.total_wct))
+
+    def slow_eval(run):
+        _time.sleep(0.3)
+
+    with Run(max_duration="3ba", callbacks=[Watch()], eval_interval="1ba", eval_fn=slow_eval) as run:
+        for _ in run.train([[1], [2], [3]]):
+            pass
+    assert all(batch_wct < 0.2 for batch_wct, _ in seen), seen
+    assert seen[-1][1] >= 0.6  # two evals happened before the third batch ended
+    assert run.state.timestamp.total_wct >= 0.9

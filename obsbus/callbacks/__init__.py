@@ -8,6 +8,7 @@ from obsbus.callbacks.oom_observer import OOMObserver
 from obsbus.callbacks.optimizer_monitor import OptimizerMonitor
 from obsbus.callbacks.rocm_smi_monitor import RocmSmiMonitor
 from obsbus.callbacks.runtime_estimator import RuntimeEstimator
+from obsbus.callbacks.speed_monitor import SpeedMonitor
 
 __all__ = [
     "LRMonitor",
@@ -19,4 +20,5 @@ __all__ = [
     "OptimizerMonitor",
     "RocmSmiMonitor",
     "RuntimeEstimator",
+    "SpeedMonitor",
 ]
