@@ -46,6 +46,7 @@ class RunFolder:
             logs/master/                 the launcher process's log (is_head=True)
             tensorboard/                 TensorBoard event files
             traces/                      profiler traces
+            memory_snapshots/            CUDA memory snapshots (OOMObserver, MemorySnapshot)
             checkpoints/                 checkpoints
             config/                      resolved configuration
 
