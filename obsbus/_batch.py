@@ -50,10 +50,25 @@ def default_num_tokens(batch: Any) -> int:
     return 0
 
 
+def resolve_device(device: Any) -> Any:
+    """``device`` as a ``torch.device`` with an index (``cuda`` -> ``cuda:N``), for comparisons."""
+    import torch
+
+    dev = torch.device(device)
+    index: int | None = dev.index  # None for a bare "cuda"
+    if dev.type == "cuda" and index is None and torch.cuda.is_available():
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
 def to_device(batch: Any, device: Any) -> Any:
-    """Move every tensor in ``batch`` to ``device`` without blocking."""
+    """Move every tensor in ``batch`` to ``device`` (a resolved ``torch.device``) without blocking.
+
+    Tensors already there are returned as they are: ``Tensor.to`` costs
+    microseconds even when it has nothing to move.
+    """
     if is_tensor(batch):
-        return batch.to(device, non_blocking=True)
+        return batch if batch.device == device else batch.to(device, non_blocking=True)
     if isinstance(batch, Mapping):
         rebuild: Any = type(batch)
         return rebuild({k: to_device(v, device) for k, v in batch.items()})

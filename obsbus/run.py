@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
-from obsbus._batch import default_num_samples, default_num_tokens, to_device
+from obsbus._batch import default_num_samples, default_num_tokens, resolve_device, to_device
 from obsbus._signals import sigterm_as_exception
 from obsbus.callback import Callback
 from obsbus.engine import Engine
@@ -159,7 +159,7 @@ class Run:
         self._eval_fn = eval_fn
         self._num_samples = num_samples_fn or default_num_samples
         self._num_tokens = num_tokens_fn or default_num_tokens
-        self._move_to = device
+        self._move_to = None if device is None else resolve_device(device)
         self._handle_sigterm = handle_sigterm
         if device is None and model is not None:
             params = getattr(model, "parameters", None)
