@@ -26,7 +26,7 @@ def test_to_device_rebuilds_containers():
     ("batch", "samples", "tokens"),
     [((torch.zeros(5, 3), torch.zeros(5)), 5, 0),
      ({"input_ids": torch.zeros(3, 7, dtype=torch.long)}, 3, 21),
-     ([[1, 2], [3, 4], [5, 6]], 3, 0),
+     ([1, 2, 3], 3, 0),
      (torch.zeros(9), 9, 0)],
     ids=["tuple", "dict-tokens", "list", "tensor"],
 )
