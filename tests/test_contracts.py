@@ -20,7 +20,9 @@ from obsbus import Callback, LoggerDestination, Run, Trainer
 from .helpers import regression_data, tiny_model
 
 #: Arguments for plug-ins that can't be built with none (name -> kwargs factory).
-CONSTRUCTOR_KWARGS: dict[str, dict] = {}
+CONSTRUCTOR_KWARGS: dict[str, dict] = {
+    "ThresholdStopper": {"monitor": "loss", "dataloader_label": "eval", "threshold": 0.0},
+}
 
 
 def exported_plugins():

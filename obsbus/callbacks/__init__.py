@@ -1,5 +1,6 @@
 """Monitors: callbacks that measure a run and log what they find."""
 
+from obsbus.callbacks.early_stopper import EarlyStopper
 from obsbus.callbacks.lr_monitor import LRMonitor
 from obsbus.callbacks.memory_monitor import MemoryMonitor
 from obsbus.callbacks.memory_snapshot import MemorySnapshot
@@ -9,8 +10,11 @@ from obsbus.callbacks.optimizer_monitor import OptimizerMonitor
 from obsbus.callbacks.rocm_smi_monitor import RocmSmiMonitor
 from obsbus.callbacks.runtime_estimator import RuntimeEstimator
 from obsbus.callbacks.speed_monitor import SpeedMonitor
+from obsbus.callbacks.system_metrics_monitor import SystemMetricsMonitor
+from obsbus.callbacks.threshold_stopper import ThresholdStopper
 
 __all__ = [
+    "EarlyStopper",
     "LRMonitor",
     "MemoryMonitor",
     "MemorySnapshot",
@@ -21,4 +25,6 @@ __all__ = [
     "RocmSmiMonitor",
     "RuntimeEstimator",
     "SpeedMonitor",
+    "SystemMetricsMonitor",
+    "ThresholdStopper",
 ]

@@ -1,0 +1,516 @@
+"""CPU, memory, disk, network and GPU use, sampled on a background thread, logged at an interval."""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from typing_extensions import override
+
+from obsbus import dist
+from obsbus.callback import Callback
+from obsbus.callbacks._gpu_probes import (
+    GpuProbe,
+    GpuSource,
+    Note,
+    describe,
+    installed_probes,
+)
+from obsbus.errors import MissingExtraError, ObsbusWarning
+from obsbus.interval import LogInterval
+from obsbus.logger import Logger
+from obsbus.state import State
+from obsbus.time import TimeLike
+
+__all__ = ["IoCounters", "SystemMetricsMonitor", "across_ranks", "io_rates"]
+
+THREAD_NAME = "obsbus-system-metrics"
+GB = 1e9
+MB = 1e6
+_RATES = (
+    ("system/disk_read_mb_per_s", "disk_read_bytes"),
+    ("system/disk_write_mb_per_s", "disk_write_bytes"),
+    ("system/net_sent_mb_per_s", "net_sent_bytes"),
+    ("system/net_recv_mb_per_s", "net_recv_bytes"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IoCounters:
+    """Cumulative byte counters at ``time_s`` (monotonic seconds); ``None`` where unknown."""
+
+    time_s: float
+    disk_read_bytes: int | None = None
+    disk_write_bytes: int | None = None
+    net_sent_bytes: int | None = None
+    net_recv_bytes: int | None = None
+
+
+def io_rates(before: IoCounters, after: IoCounters) -> dict[str, float]:
+    """The disk and network rates between two readings, in MB/s (1e6 bytes per second).
+
+    A counter unknown at either end, or that went backwards (reset), gives no key.
+
+    Example:
+        >>> io_rates(IoCounters(10.0, disk_read_bytes=0, net_sent_bytes=5_000_000),
+        ...          IoCounters(12.0, disk_read_bytes=3_000_000, net_sent_bytes=9_000_000))
+        {'system/disk_read_mb_per_s': 1.5, 'system/net_sent_mb_per_s': 2.0}
+    """
+    seconds = after.time_s - before.time_s
+    if seconds <= 0:
+        return {}
+    rates: dict[str, float] = {}
+    for key, field in _RATES:
+        start, end = getattr(before, field), getattr(after, field)
+        if start is not None and end is not None and end >= start:
+            rates[key] = (end - start) / MB / seconds
+    return rates
+
+
+def across_ranks(gathered: Sequence[Mapping[str, float]], per_rank: bool) -> dict[str, float]:
+    """The cross-rank keys from every rank's report: ``/min`` and ``/max``, or ``/rank{r}``.
+
+    A key some rank lacks (no sample in its window, no GPU) is reduced over
+    the ranks that have it.
+
+    Example:
+        >>> reports = [{"system/cpu_percent": 20.0}, {"system/cpu_percent": 60.0}]
+        >>> across_ranks(reports, per_rank=False)
+        {'system/cpu_percent/min': 20.0, 'system/cpu_percent/max': 60.0}
+        >>> across_ranks(reports, per_rank=True)
+        {'system/cpu_percent/rank0': 20.0, 'system/cpu_percent/rank1': 60.0}
+    """
+    out: dict[str, float] = {}
+    if per_rank:
+        for rank, report in enumerate(gathered):
+            for key, value in report.items():
+                out[f"{key}/rank{rank}"] = value
+        return out
+    keys = list(dict.fromkeys(key for report in gathered for key in report))
+    for key in keys:
+        values = [report[key] for report in gathered if key in report]
+        out[f"{key}/min"] = min(values)
+        out[f"{key}/max"] = max(values)
+    return out
+
+
+class _Notes:
+    """Failures seen on the sampling thread, warned once per kind from the training thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[str] = []
+        self.counts: Counter[str] = Counter()
+
+    def __call__(self, kind: str, message: str) -> None:
+        with self._lock:
+            self.counts[kind] += 1
+            if self.counts[kind] == 1:
+                self._pending.append(message)
+
+    def emit(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for message in pending:
+            warnings.warn(f"SystemMetricsMonitor: {message}", ObsbusWarning, stacklevel=4)
+
+
+class _Host:
+    """psutil readings; a source that raises is reported once and left out after."""
+
+    def __init__(
+        self, psutil: Any, note: Note, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._ps = psutil
+        self._clock = clock
+        self._process = psutil.Process()
+        self._note = note
+        self._off: set[str] = set()
+
+    def _try(self, source: str, read: Callable[[], Any]) -> Any:
+        if source in self._off:
+            return None
+        try:
+            return read()
+        except Exception as exc:
+            self._off.add(source)
+            self._note(
+                f"psutil-{source}",
+                f"psutil could not read {source} ({describe(exc)}); its keys are left out now.",
+            )
+            return None
+
+    def prime(self) -> None:
+        # cpu_percent(None) measures since the previous call on this thread.
+        self._try("cpu", lambda: self._ps.cpu_percent(None))
+        self._try("process", lambda: self._process.cpu_percent(None))
+
+    def gauges(self) -> dict[str, float]:
+        ps, process = self._ps, self._process
+        out: dict[str, float] = {}
+        cpu = self._try("cpu", lambda: ps.cpu_percent(None))
+        if cpu is not None:
+            out["system/cpu_percent"] = float(cpu)
+        vm = self._try("memory", ps.virtual_memory)
+        if vm is not None:
+            out["system/memory_used_gb"] = (vm.total - vm.available) / GB
+            out["system/memory_percent"] = float(vm.percent)
+        readings = self._try("process", lambda: (process.cpu_percent(None), process.memory_info()))
+        if readings is not None:
+            out["system/process_cpu_percent"] = float(readings[0])
+            out["system/process_rss_gb"] = readings[1].rss / GB
+        return out
+
+    def counters(self) -> IoCounters:
+        disk = self._try("disk", self._ps.disk_io_counters)
+        net = self._try("network", self._network)
+        return IoCounters(
+            self._clock(),
+            None if disk is None else int(disk.read_bytes),
+            None if disk is None else int(disk.write_bytes),
+            None if net is None else net[0],
+            None if net is None else net[1],
+        )
+
+    def _network(self) -> tuple[int, int] | None:
+        nics = [c for n, c in self._ps.net_io_counters(pernic=True).items() if not _loopback(n)]
+        if not nics:
+            return None
+        return sum(c.bytes_sent for c in nics), sum(c.bytes_recv for c in nics)
+
+
+def _loopback(name: str) -> bool:
+    """``lo`` (Linux), ``lo0`` (macOS), ``Loopback Pseudo-Interface 1`` (Windows)."""
+    prefix, rest = name[:2], name[2:]
+    return name.lower().startswith("loopback") or (prefix == "lo" and (not rest or rest.isdigit()))
+
+
+class _Sampler:
+    """The daemon thread: a sample every ``interval`` s, summed into the current window."""
+
+    def __init__(self, host: _Host, gpu: GpuSource | None, interval: float, note: Note) -> None:
+        self._host, self._gpu, self._interval, self._note = host, gpu, interval, note
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._sums: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
+        self._window = 0
+        self._start_io: IoCounters | None = None
+        self._end_io: IoCounters | None = None
+        self.samples_taken = 0
+        self.thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.begin()
+            while not self._stop.wait(self._interval):
+                self.sample()
+        except Exception as exc:
+            self._note("thread", f"the sampling thread failed ({describe(exc)}) and stopped.")
+        finally:
+            if self._gpu is not None:
+                self._gpu.close()
+
+    def begin(self) -> None:
+        """Open the GPU library, prime the CPU counters, read the first byte counters."""
+        if self._gpu is not None:
+            self._gpu.open()
+        self._host.prime()
+        start = self._host.counters()
+        with self._lock:
+            self._start_io = start
+
+    def sample(self) -> None:
+        """Take one sample into the current window."""
+        values = self._host.gauges()
+        if self._gpu is not None:
+            for field, value in self._gpu.read().items():
+                values[f"system/gpu/{field}"] = value
+        io = self._host.counters()
+        with self._lock:
+            for key, value in values.items():
+                self._sums[key] = self._sums.get(key, 0.0) + value
+                self._counts[key] = self._counts.get(key, 0) + 1
+            self._end_io = io
+            self._window += 1
+            self.samples_taken += 1
+
+    def drain(self) -> dict[str, float]:
+        """The window's means and rates; empty when no sample was taken since the last drain."""
+        with self._lock:
+            if not self._window:
+                return {}
+            out = {key: total / self._counts[key] for key, total in self._sums.items()}
+            if self._start_io is not None and self._end_io is not None:
+                out.update(io_rates(self._start_io, self._end_io))
+            self._start_io = self._end_io
+            self._sums, self._counts, self._window = {}, {}, 0
+            return out
+
+    def stop(self, timeout: float) -> bool:
+        self._stop.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+
+def _visible_gpu(state: State) -> int:
+    """The ``cuda:N`` index this process trains on (LOCAL_RANK when it can't tell)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return dist.get_local_rank()
+    if state.device is not None:
+        try:
+            device = torch.device(state.device)
+        except (TypeError, RuntimeError, ValueError):
+            device = None
+        if device is not None and device.type == "cuda" and device.index is not None:
+            return int(device.index)
+    if torch.cuda.is_initialized():
+        return int(torch.cuda.current_device())
+    return dist.get_local_rank()
+
+
+class SystemMetricsMonitor(Callback):
+    """Logs CPU, host memory, disk, network and GPU use, sampled off the training thread.
+
+    A daemon thread named ``obsbus-system-metrics`` starts at ``fit_start``
+    and takes a sample every ``sample_interval_s`` seconds; it stops at
+    ``fit_end``, at ``exception`` and at ``close`` (joined for at most
+    ``join_timeout_s`` = 5 s, so a hung driver call can't hang the end of a
+    run). At every ``log_interval`` the training thread logs the **mean of
+    the samples taken since the previous log** (rates: bytes moved over that
+    window); a window with no sample logs none of these keys, so keep
+    ``sample_interval_s`` below the time between logs. Logging reads a few
+    floats under a lock: no device sync, no I/O on the training thread.
+
+    Keys (GB = 1e9 bytes, MB = 1e6 bytes, as everywhere in obsbus):
+
+    - ``system/cpu_percent``: whole-machine CPU busy, percent (0-100, all cores).
+    - ``system/process_cpu_percent``: this process, percent of one core
+      (0 to 100 x cores).
+    - ``system/memory_used_gb``: host memory in use (total - available), GB.
+    - ``system/memory_percent``: the same, percent of total.
+    - ``system/process_rss_gb``: this process's resident memory, GB.
+    - ``system/disk_read_mb_per_s``, ``system/disk_write_mb_per_s``: every
+      disk of the machine, MB/s.
+    - ``system/net_sent_mb_per_s``, ``system/net_recv_mb_per_s``: every
+      network interface but loopback, MB/s.
+    - ``system/gpu/utilization_percent``: percent of time a kernel ran on this
+      rank's GPU (0-100).
+    - ``system/gpu/memory_used_gb``: device memory in use on it by every
+      process, GB; ``system/gpu/memory_percent``: the same, percent of total.
+    - ``system/gpu/temperature_c``: degrees Celsius (AMD: edge, else hotspot).
+    - ``system/gpu/power_w``: watts drawn by the board.
+
+    A key whose source is missing (no GPU, a container without disk
+    counters, a field the GPU does not support) is left out, never logged as 0.
+
+    **Ranks.** The keys above are this rank's own, under the same names on
+    one process and on many. When the job has more than one rank, every rank
+    also logs, from one ``all_gather_object`` per log step, ``{key}/min`` and
+    ``{key}/max`` over the ranks, or with ``per_rank=True`` every rank's
+    values as ``{key}/rank{r}``. That collective needs every rank to run the
+    monitor with the same ``log_interval``.
+
+    **GPUs.** "This rank's GPU" is the one ``state.device`` names
+    (``cuda:N``), else ``torch.cuda.current_device()`` once CUDA is in use,
+    else ``LOCAL_RANK``; it is mapped through ``CUDA_VISIBLE_DEVICES`` (AMD:
+    ``HIP_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``) to the library's
+    numbering, or given as ``gpu_index``. The libraries are nvidia-ml-py
+    (``pynvml``) and amdsmi, tried in that order (``pip install 'obsbus[gpu]'``).
+    Both fail in odd ways where their GPU or driver is missing, so every call
+    into them is contained: the first failure is warned once (an
+    :class:`~obsbus.ObsbusWarning`), GPU metrics stop for this monitor, and
+    everything else goes on. Warnings are raised on the training thread, at
+    the next log, ``fit_end`` or ``close``.
+
+    Args:
+        log_interval: ``"10ba"`` or ``"1ep"``; a bare int counts batches.
+        sample_interval_s: seconds between samples (> 0).
+        per_rank: log every rank's values instead of min/max (more than one rank).
+        gpu: ``None`` (default): GPU metrics when nvidia-ml-py or amdsmi is
+            installed and works; ``True``: the same, but a missing library is a
+            :class:`~obsbus.MissingExtraError` now; ``False``: none; or a probe
+            object (``name``, ``open()``, ``device_index()``, ``read()``,
+            ``close()``; see ``obsbus/callbacks/_gpu_probes.py``) for other
+            hardware or tests.
+        gpu_index: this rank's GPU in the library's numbering (default: found
+            as above).
+
+    Example:
+        >>> import time
+        >>> from obsbus import Run
+        >>> from obsbus.loggers import InMemoryLogger
+        >>> mem = InMemoryLogger()
+        >>> monitor = SystemMetricsMonitor(log_interval="2ba", sample_interval_s=0.01, gpu=False)
+        >>> with Run(max_duration="4ba", callbacks=[monitor], loggers=[mem]) as run:
+        ...     for batch in run.train([[1], [2], [3], [4]]):
+        ...         time.sleep(0.1)
+        >>> 0 <= mem.most_recent_values["system/cpu_percent"] <= 100
+        True
+        >>> mem.most_recent_values["system/memory_used_gb"] > 0
+        True
+        >>> SystemMetricsMonitor(sample_interval_s=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: SystemMetricsMonitor sample_interval_s must be a number of seconds > 0, got 0.
+    """
+
+    #: Seconds ``fit_end``/``close`` wait for the sampling thread to stop.
+    join_timeout_s = 5.0
+
+    def __init__(
+        self,
+        log_interval: TimeLike = "10ba",
+        *,
+        sample_interval_s: float = 1.0,
+        per_rank: bool = False,
+        gpu: bool | GpuProbe | None = None,
+        gpu_index: int | None = None,
+    ) -> None:
+        self.log_interval = LogInterval(log_interval, "SystemMetricsMonitor log_interval")
+        if (
+            isinstance(sample_interval_s, bool)
+            or not isinstance(sample_interval_s, (int, float))
+            or not math.isfinite(sample_interval_s)
+            or sample_interval_s <= 0
+        ):
+            raise ValueError(
+                "SystemMetricsMonitor sample_interval_s must be a number of seconds > 0, "
+                f"got {sample_interval_s!r}."
+            )
+        if not isinstance(per_rank, bool):
+            raise TypeError(
+                f"SystemMetricsMonitor per_rank must be True or False, got {per_rank!r}."
+            )
+        if gpu_index is not None and (
+            isinstance(gpu_index, bool) or not isinstance(gpu_index, int) or gpu_index < 0
+        ):
+            raise ValueError(
+                "SystemMetricsMonitor gpu_index must be None or a GPU number >= 0 in "
+                f"nvidia-smi's / amd-smi's numbering, got {gpu_index!r}."
+            )
+        import psutil  # a core dependency; imported here so `import obsbus` stays light
+
+        self.sample_interval_s = float(sample_interval_s)
+        self.per_rank = per_rank
+        self.gpu_index = gpu_index
+        self._psutil = psutil
+        self._gpu_candidates = self._load_gpu(gpu)
+        self._gpu_off = False
+        self._notes = _Notes()
+        #: How often each kind of failure happened (``gpu``, ``psutil-disk``, ``thread``, ...).
+        self.failures = self._notes.counts
+        self._sampler: _Sampler | None = None
+
+    @staticmethod
+    def _load_gpu(gpu: Any) -> list[tuple[str, GpuProbe | None, str | None]]:
+        if gpu is False:
+            return []
+        if gpu is None or gpu is True:
+            found = installed_probes()
+            if not found and gpu is True:
+                raise MissingExtraError("gpu", "SystemMetricsMonitor(gpu=True)")
+            loaded: list[tuple[str, GpuProbe | None, str | None]] = []
+            for name, load in found:
+                try:
+                    loaded.append((name, load(), None))
+                except Exception as exc:  # import_quietly's message, or anything odder
+                    loaded.append((name, None, str(exc)))
+            return loaded
+        if all(callable(getattr(gpu, m, None)) for m in ("open", "device_index", "read", "close")):
+            return [(str(getattr(gpu, "name", type(gpu).__name__)), gpu, None)]
+        raise TypeError(
+            "SystemMetricsMonitor gpu must be None (GPU metrics when a GPU library is installed), "
+            "True (require one), False (none) or a probe object with open(), device_index(), "
+            f"read() and close(); got {gpu!r}."
+        )
+
+    @property
+    def samples_taken(self) -> int:
+        """Samples the current (or last) sampling thread has taken."""
+        return 0 if self._sampler is None else self._sampler.samples_taken
+
+    def _start(self, state: State) -> None:
+        self._stop()
+        gpu = None
+        if self._gpu_candidates and not self._gpu_off:
+            gpu = GpuSource(
+                self._gpu_candidates,
+                _visible_gpu(state),
+                self.gpu_index,
+                self._notes,
+                self._turn_gpu_off,
+            )
+        sampler = _Sampler(
+            _Host(self._psutil, self._notes), gpu, self.sample_interval_s, self._notes
+        )
+        try:
+            sampler.thread.start()
+        except RuntimeError as exc:  # can't start new thread
+            self._notes(
+                "thread",
+                f"could not start the sampling thread ({exc!r}); no system metrics are logged.",
+            )
+            return
+        self._sampler = sampler
+
+    def _turn_gpu_off(self) -> None:
+        self._gpu_off = True
+
+    def _stop(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None and not sampler.stop(self.join_timeout_s):
+            self._notes(
+                "join",
+                f"the sampling thread did not stop within {self.join_timeout_s:g}s "
+                "(a GPU library call hanging?); it is a daemon thread and is left to end.",
+            )
+        self._notes.emit()
+
+    def _log(self, logger: Logger) -> None:
+        local = self._sampler.drain() if self._sampler is not None else {}
+        self._notes.emit()
+        # Every rank takes part at every log step, with or without samples: it's a collective.
+        gathered = dist.all_gather_object(local)
+        metrics = dict(local)
+        if len(gathered) > 1:
+            metrics.update(across_ranks(gathered, self.per_rank))
+        if metrics:
+            logger.log_metrics(metrics)
+
+    @override
+    def fit_start(self, state: State, logger: Logger) -> None:
+        self._start(state)
+
+    @override
+    def batch_end(self, state: State, logger: Logger) -> None:
+        if self._sampler is None:  # a loop that fires no fit_start
+            self._start(state)
+        if self.log_interval.at_batch_end(state):
+            self._log(logger)
+
+    @override
+    def epoch_end(self, state: State, logger: Logger) -> None:
+        if self.log_interval.at_epoch_end(state):
+            self._log(logger)
+
+    @override
+    def fit_end(self, state: State, logger: Logger) -> None:
+        self._stop()
+
+    @override
+    def exception(self, state: State, logger: Logger) -> None:
+        self._stop()
+
+    @override
+    def close(self, state: State, logger: Logger) -> None:
+        self._stop()
