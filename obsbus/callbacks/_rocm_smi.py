@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from obsbus.callbacks._gpu_probes import visible_to_physical
+
 __all__ = ["GpuReading", "Probe", "parse_rocm_smi", "physical_gpu_index"]
 
 TOTAL_KEY = "VRAM Total Memory (B)"
@@ -131,18 +133,8 @@ def physical_gpu_index(visible_index: int, environ: Mapping[str, str]) -> int | 
         >>> physical_gpu_index(0, {"HIP_VISIBLE_DEVICES": "GPU-3b1c"}) is None
         True
     """
-    index = visible_index
-    hip = environ.get("HIP_VISIBLE_DEVICES")
-    if hip is None:
-        hip = environ.get("CUDA_VISIBLE_DEVICES")
-    for raw in (hip, environ.get("ROCR_VISIBLE_DEVICES")):
-        if raw is None:
-            continue
-        ids = [part.strip() for part in raw.split(",") if part.strip()]
-        if not all(part.isdigit() for part in ids) or index >= len(ids):
-            return None
-        index = int(ids[index])
-    return index
+    chain = [["HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"], ["ROCR_VISIBLE_DEVICES"]]
+    return visible_to_physical(visible_index, environ, chain)
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
