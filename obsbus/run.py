@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from obsbus._batch import default_num_samples, default_num_tokens, resolve_device, to_device
 from obsbus._signals import sigterm_as_exception
@@ -18,6 +18,9 @@ from obsbus.logger import Logger, LoggerDestination
 from obsbus.run_folder import RunFolder
 from obsbus.state import State
 from obsbus.time import Time, TimeLike, Timestamp, TimeUnit
+
+if TYPE_CHECKING:
+    from obsbus.profiler.profiler import Profiler
 
 __all__ = ["Run"]
 
@@ -147,6 +150,7 @@ class Run:
         num_tokens_fn: Callable[[Any], int] | None = None,
         eval_interval: EvalInterval | None = None,
         eval_fn: Callable[[Run], None] | None = None,
+        profiler: Profiler | None = None,
         handle_sigterm: bool = True,
         strict: bool = False,
     ) -> None:
@@ -178,6 +182,8 @@ class Run:
         )
         self.logger = Logger(self.state, loggers, strict=strict)
         self.engine = Engine(self.state, self.logger, callbacks)
+        if profiler is not None:
+            self.engine.attach_profiler(profiler)
         self._mode = "train"
         self._fitting = False
         self._in_eval_group = False

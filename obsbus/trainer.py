@@ -42,7 +42,7 @@ class Trainer:
         eval_interval: ``"1ep"``, ``"500ba"`` or ``f(state, event) -> bool``.
         callbacks: monitors and other :class:`~obsbus.Callback` s.
         loggers: :class:`~obsbus.LoggerDestination` s.
-        profiler: reserved for the profiler (``obsbus.profiler``).
+        profiler: an :class:`obsbus.profiler.Profiler` to trace a window of the run.
         run_name: the run's name (default: ``{user}-{time}-{pid}``).
         device: ``"cpu"``, ``"cuda"``, ... (default: CUDA if available).
         grad_accum: microbatches per batch; the batch is split along dim 0.
@@ -92,10 +92,6 @@ class Trainer:
             raise TypeError(f"model must be a torch.nn.Module, got {model!r}.")
         if train_dataloader is None or not hasattr(train_dataloader, "__iter__"):
             raise TypeError(f"train_dataloader must be iterable, got {train_dataloader!r}.")
-        if profiler is not None:
-            raise NotImplementedError(
-                "The profiler is not built yet (obsbus.profiler); pass profiler=None."
-            )
         self.device = torch.device(
             device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
         )
@@ -137,6 +133,7 @@ class Trainer:
             num_tokens_fn=num_tokens_fn,
             eval_interval=eval_interval if self.eval_dataloaders else None,
             eval_fn=self._evaluate if self.eval_dataloaders else None,
+            profiler=profiler,
             strict=strict,
         )
 

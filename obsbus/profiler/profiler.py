@@ -1,0 +1,168 @@
+"""The Profiler: a schedule, markers, and the trace handlers that store what they record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from obsbus.callback import Callback
+from obsbus.event import Event
+from obsbus.profiler.marker import Marker
+from obsbus.profiler.profiler_action import ProfilerAction
+from obsbus.profiler.trace_handler import TraceHandler
+from obsbus.time import Timestamp
+
+if TYPE_CHECKING:
+    from obsbus.state import State
+
+__all__ = ["Profiler"]
+
+_RECORDING = (ProfilerAction.ACTIVE, ProfilerAction.ACTIVE_AND_SAVE)
+_SCHEDULED = frozenset({Event.INIT, Event.FIT_START, Event.EPOCH_START, Event.BEFORE_DATALOADER})
+_FIT_END = Event.FIT_END
+
+
+class Profiler:
+    """Records spans, instants and counters during the batches its schedule selects.
+
+    Attach it with ``Trainer(..., profiler=profiler)`` or
+    ``Run(..., profiler=profiler)``. Before every batch the schedule (any
+    ``state -> ProfilerAction``, e.g. ``cyclic_schedule()``) sets :attr:`action`
+    for the batch about to run (at its ``before_dataloader``); markers record
+    while it is ``active`` or ``active_and_save``, and trace handlers write at
+    ``active_and_save``.
+    Evaluation inside fit keeps the action of the batch it follows.
+
+    While a profiler is attached, the engine wraps every paired event in a
+    span (``event/batch``, ``event/forward``, ``event/eval``, ...), marks
+    unpaired ones as instants (``event/batch_checkpoint``), and wraps each
+    callback's hook in its own span (``callback/{Class}/{event}``), so a trace
+    shows what every monitor and destination costs. Without a profiler the
+    engine takes none of these steps.
+
+    Args:
+        schedule: ``state -> ProfilerAction``, called before each batch.
+        trace_handlers: where the records go.
+        record_events: wrap engine events in spans.
+        record_callbacks: wrap each callback hook in a span.
+
+    Example:
+        >>> from obsbus.profiler.trace_handler import TraceHandler
+        >>> class Names(TraceHandler):
+        ...     def __init__(self):
+        ...         self.names = set()
+        ...     def process_duration_event(self, name, categories, is_start, timestamp, wall_ns):
+        ...         self.names.add(name)
+        >>> from obsbus import Run
+        >>> names = Names()
+        >>> profiler = Profiler(lambda state: ProfilerAction.ACTIVE, [names])
+        >>> with Run(max_duration="1ba", profiler=profiler) as run:
+        ...     for batch in run.train([[1]]):
+        ...         pass
+        >>> sorted(n for n in names.names if n.startswith("event/"))
+        ['event/batch', 'event/dataloader', 'event/epoch', 'event/fit', 'event/iteration',
+         'event/load', 'event/train_batch']
+    """
+
+    def __init__(
+        self,
+        schedule: Callable[[State], ProfilerAction],
+        trace_handlers: Sequence[TraceHandler] = (),
+        *,
+        record_events: bool = True,
+        record_callbacks: bool = True,
+    ) -> None:
+        if not callable(schedule):
+            raise TypeError(
+                f"Profiler schedule must be a callable state -> ProfilerAction (e.g. "
+                f"cyclic_schedule()), got {schedule!r}."
+            )
+        for handler in trace_handlers:
+            if not isinstance(handler, TraceHandler):
+                raise TypeError(
+                    f"Profiler trace_handlers must be TraceHandler instances, got {handler!r}."
+                )
+        self.schedule = schedule
+        self.trace_handlers: list[TraceHandler] = list(trace_handlers)
+        self.record_events = record_events
+        self.record_callbacks = record_callbacks
+        self.action = ProfilerAction.SKIP
+        self.state: State | None = None
+        self._markers: dict[str, Marker] = {}
+
+    def bind(self, state: State) -> list[Callback]:
+        """Attach to a run's state; return the callbacks to add to the engine."""
+        self.state = state
+        return list(self.trace_handlers)
+
+    def on_event(self, event: Event) -> None:
+        """Follow the run: the schedule picks the action of each batch before it starts.
+
+        The engine calls this first for every event. At ``before_dataloader``
+        the timestamp counts the batches done, so the schedule sees the index
+        of the batch about to run (as it would at ``batch_start``), and the
+        batch's dataloader wait is profiled with it. It is also asked at
+        ``init``, ``fit_start`` and ``epoch_start``, so the spans those open are
+        recorded when the first batch will be. ``fit_end`` stops recording.
+        """
+        if event in _SCHEDULED:
+            assert self.state is not None
+            self.action = ProfilerAction(self.schedule(self.state))
+        elif event is _FIT_END:
+            self.action = ProfilerAction.SKIP
+
+    def finish_open_spans(self, only: str | None = None) -> None:
+        """End the ``event/`` spans still open (or only the one named ``only``).
+
+        The engine calls it after ``epoch_end`` for the dataloader wait that
+        found the epoch exhausted (it has no ``after_dataloader``), and after
+        ``fit_end`` and ``exception`` for whatever a crash left open.
+        """
+        for name, marker in self._markers.items():
+            if name.startswith("event/") and (only is None or name == only):
+                while marker.is_open:
+                    marker.finish()
+
+    def marker(
+        self,
+        name: str,
+        actions: Sequence[ProfilerAction] = _RECORDING,
+        record_instant_on_start: bool = False,
+        record_instant_on_finish: bool = False,
+        categories: Sequence[str] = (),
+    ) -> Marker:
+        """A :class:`~obsbus.profiler.Marker` named ``name`` (the same object for the same name)."""
+        marker = self._markers.get(name)
+        if marker is None:
+            marker = Marker(
+                self, name, actions, record_instant_on_start, record_instant_on_finish, categories
+            )
+            self._markers[name] = marker
+        return marker
+
+    @property
+    def recording(self) -> bool:
+        """Whether the current action records."""
+        return self.action in _RECORDING
+
+    def _timestamp(self) -> Timestamp:
+        return self.state.timestamp if self.state is not None else Timestamp()
+
+    def _emit_duration(
+        self, name: str, categories: Sequence[str], is_start: bool, wall_ns: int
+    ) -> None:
+        ts = self._timestamp()
+        for handler in self.trace_handlers:
+            handler.process_duration_event(name, categories, is_start, ts, wall_ns)
+
+    def _emit_instant(self, name: str, categories: Sequence[str], wall_ns: int) -> None:
+        ts = self._timestamp()
+        for handler in self.trace_handlers:
+            handler.process_instant_event(name, categories, ts, wall_ns)
+
+    def _emit_counter(
+        self, name: str, categories: Sequence[str], wall_ns: int, values: Mapping[str, float]
+    ) -> None:
+        ts = self._timestamp()
+        for handler in self.trace_handlers:
+            handler.process_counter_event(name, categories, ts, wall_ns, values)

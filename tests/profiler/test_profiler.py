@@ -1,0 +1,160 @@
+"""Profiler core: markers, the schedule's window, engine and callback spans."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from obsbus import Callback, Run, Trainer
+from obsbus.loggers import InMemoryLogger
+from obsbus.profiler.profiler import Profiler
+from obsbus.profiler.profiler_action import ProfilerAction
+from obsbus.profiler.trace_handler import TraceHandler
+
+from ..helpers import regression_data, tiny_model
+
+ACTIVE, SKIP = ProfilerAction.ACTIVE, ProfilerAction.SKIP
+
+
+class Recorder(TraceHandler):
+    def __init__(self):
+        self.events = []  # (kind, name, batch)
+
+    def process_duration_event(self, name, categories, is_start, timestamp, wall_ns):
+        self.events.append(("B" if is_start else "E", name, timestamp.batch.value))
+
+    def process_instant_event(self, name, categories, timestamp, wall_ns):
+        self.events.append(("i", name, timestamp.batch.value))
+
+    def process_counter_event(self, name, categories, timestamp, wall_ns, values):
+        self.events.append(("C", name, dict(values)))
+
+    def names(self, kind="B"):
+        return {name for k, name, _ in self.events if k == kind}
+
+
+def assert_balanced(events):
+    stacks = {}
+    for kind, name, _ in events:
+        if kind == "B":
+            stacks[name] = stacks.get(name, 0) + 1
+        elif kind == "E":
+            assert stacks.get(name, 0) > 0, f"end without begin: {name}"
+            stacks[name] -= 1
+    assert all(v == 0 for v in stacks.values()), {k: v for k, v in stacks.items() if v}
+
+
+class Noop(Callback):
+    def after_forward(self, state, logger):
+        pass
+
+
+def fit(profiler, callbacks=(), loggers=(), duration="2ep"):
+    with Trainer(tiny_model(), regression_data(3), duration, loss_fn=F.mse_loss,
+                 eval_dataloader=regression_data(2, seed=1), callbacks=list(callbacks),
+                 loggers=list(loggers), device="cpu", profiler=profiler) as trainer:
+        trainer.fit()
+    return trainer
+
+
+def test_every_event_and_hook_is_a_balanced_span():
+    rec = Recorder()
+    fit(Profiler(lambda state: ACTIVE, [rec]), callbacks=[Noop()], loggers=[InMemoryLogger()])
+    assert_balanced(rec.events)
+    spans = rec.names()
+    for name in ("event/fit", "event/epoch", "event/batch", "event/forward", "event/loss",
+                 "event/backward", "event/eval", "event/eval_forward", "event/dataloader",
+                 "callback/Noop/after_forward", "callback/InMemoryLogger/init"):
+        assert name in spans, name
+    assert "event/batch_checkpoint" in rec.names("i")
+    assert sum(1 for k, n, _ in rec.events if k == "B" and n == "event/batch") == 6
+
+
+def test_only_the_scheduled_batches_record():
+    rec = Recorder()
+
+    def second_batch_only(state):
+        return ACTIVE if state.timestamp.batch == "1ba" else SKIP
+
+    fit(Profiler(second_batch_only, [rec]), duration="1ep")
+    assert_balanced(rec.events)
+    batch_spans = [(k, b) for k, n, b in rec.events if n == "event/batch"]
+    assert batch_spans == [("B", 1), ("E", 2)]  # the begin sees 1 batch done, the end 2
+    assert all(b in (1, 2) for k, _, b in rec.events if k in "BE")
+
+
+def test_a_crash_leaves_no_open_span():
+    rec = Recorder()
+
+    class Boom(Callback):
+        def after_forward(self, state, logger):
+            if state.timestamp.batch >= "1ba":
+                raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        fit(Profiler(lambda state: ACTIVE, [rec]), callbacks=[Boom()])
+    assert ("B", "event/forward", 1) in rec.events
+    assert_balanced(rec.events)
+
+
+def test_markers_in_a_hand_written_loop():
+    rec = Recorder()
+    profiler = Profiler(lambda state: ACTIVE if state.timestamp.batch < "2ba" else SKIP, [rec])
+    step = profiler.marker("my/step", record_instant_on_start=True)
+
+    @profiler.marker("my/compute")
+    def compute(x):
+        return x * 2
+
+    outputs = []
+    with Run(max_duration="3ba", profiler=profiler) as run:
+        for (x,) in run.train([(torch.ones(1),)] * 3):
+            with step:
+                outputs.append(compute(x))
+                profiler.marker("my/tokens").counter({"tokens": 8})
+    assert len(outputs) == 3 and outputs[0].item() == 2
+    assert_balanced(rec.events)
+    mine = [(k, n, b) for k, n, b in rec.events if n.startswith("my/")]
+    assert [e for e in mine if e[0] == "B"] == [("B", "my/step", 0), ("B", "my/compute", 0),
+                                                ("B", "my/step", 1), ("B", "my/compute", 1)]
+    assert ("i", "my/step", 0) in mine
+    assert [e for e in mine if e[0] == "C"] == [("C", "my/tokens", {"tokens": 8})] * 2
+
+
+def test_recording_is_decided_when_a_span_starts():
+    profiler = Profiler(lambda state: SKIP, [rec := Recorder()])
+    marker = profiler.marker("m")
+    marker.start()
+    profiler.action = ACTIVE
+    marker.finish()  # started while skipping: no end either
+    marker.start()
+    profiler.action = SKIP
+    marker.finish()  # started while recording: the end is recorded
+    assert [(k, n) for k, n, _ in rec.events] == [("B", "m"), ("E", "m")]
+    with pytest.raises(RuntimeError, match="finish\\(\\) without a matching start"):
+        marker.finish()
+
+
+def test_without_a_profiler_the_engine_takes_the_plain_path():
+    trainer = fit(None, duration="1ba")
+    assert "run_event" not in vars(trainer.engine)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [({"schedule": 3}, TypeError, "schedule must be a callable"),
+     ({"schedule": lambda s: SKIP, "trace_handlers": [object()]}, TypeError, "TraceHandler instances")],
+    ids=["schedule", "handler"],
+)
+def test_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        Profiler(**kwargs)
+
+
+def test_bad_marker_arguments():
+    profiler = Profiler(lambda s: SKIP)
+    with pytest.raises(TypeError, match="must be ProfilerAction values, got \\['active'\\]"):
+        profiler.marker("x", actions=["active"])
+    with pytest.raises(ValueError, match="non-empty str"):
+        profiler.marker("")
