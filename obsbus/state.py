@@ -69,6 +69,8 @@ class State:
         grad_accum: microbatches per batch.
         exception: the exception that is ending the run, at ``exception``.
         stop_requested: whether :meth:`stop_training` was called.
+        profiler: the :class:`~obsbus.profiler.Profiler` attached to the run, or
+            ``None``; callbacks make markers with ``state.profiler.marker(name)``.
         hparams: hyperparameters the loop knows about (logged at ``fit_start``
             by destinations that record them).
 
@@ -119,6 +121,7 @@ class State:
         self.dataloader_len: Time | None = None
         self.exception: BaseException | None = None
         self.stop_requested = False
+        self.profiler: Any = None
 
     @property
     def max_duration(self) -> Time | None:

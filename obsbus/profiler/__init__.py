@@ -1,8 +1,9 @@
 """Profiling: a schedule picks a window of batches; markers and the engine record spans in it."""
 
+from obsbus.profiler.json_trace_handler import JSONTraceHandler
 from obsbus.profiler.marker import Marker
 from obsbus.profiler.profiler import Profiler
 from obsbus.profiler.profiler_action import ProfilerAction
 from obsbus.profiler.trace_handler import TraceHandler
 
-__all__ = ["Marker", "Profiler", "ProfilerAction", "TraceHandler"]
+__all__ = ["JSONTraceHandler", "Marker", "Profiler", "ProfilerAction", "TraceHandler"]

@@ -93,6 +93,7 @@ class Profiler:
     def bind(self, state: State) -> list[Callback]:
         """Attach to a run's state; return the callbacks to add to the engine."""
         self.state = state
+        state.profiler = self
         return list(self.trace_handlers)
 
     def on_event(self, event: Event) -> None:

@@ -1,0 +1,295 @@
+"""Write what the profiler records as Chrome/Perfetto JSON traces, one per saved window."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from typing_extensions import override
+
+from obsbus import dist
+from obsbus.logger import Logger
+from obsbus.naming import check_placeholders
+from obsbus.profiler.profiler_action import ProfilerAction
+from obsbus.profiler.trace_handler import TraceHandler
+from obsbus.state import State
+from obsbus.time import Timestamp
+from obsbus.writer import BackgroundWriter
+
+__all__ = ["JSONTraceHandler"]
+
+
+class JSONTraceHandler(TraceHandler):
+    """Saves each profiled window as a Chrome trace (open it in Perfetto or chrome://tracing).
+
+    Events are held in memory while the schedule records and written, by a
+    background writer, at every ``active_and_save`` batch: every cycle's
+    trace is kept (``num_traces_to_keep`` prunes the oldest). The format is
+    Chrome's trace event JSON: ``B``/``E`` spans, ``i`` instants, ``C``
+    counters, ``M`` metadata naming the process (``rank {r}``, sorted by rank)
+    and thread; ``ts`` is wall-clock µs and ``pid`` the global rank. A span
+    still open when a window is saved is ended at the save; its real end,
+    which lands in a later window, is dropped, so no saved trace has an
+    unmatched begin or end.
+
+    Clocks: at ``fit_start``, on several ranks, each rank measures its clock
+    against rank 0's (one gather) and writes the offset as an
+    ``obsbus_clock`` metadata event, which :func:`obsbus.profiler.merge.merge_traces`
+    applies. At ``close``, rank 0 merges every rank's traces found in the
+    folder into ``merged_trace_filename`` (on several nodes, point the folder
+    at shared storage, or merge by hand with ``obsbus merge-traces``). Each
+    file is handed to ``logger.upload_file``.
+
+    Args:
+        folder: where traces go; relative to the run folder.
+        filename: one trace per saved window; placeholders ``{epoch}``,
+            ``{batch}``, ``{rank}``, ``{run_name}``, ...
+        merged_trace_filename: the merged trace (in ``folder``), or ``None``.
+        overwrite: replace existing files; otherwise a folder that already holds
+            traces is an error at ``init``.
+        num_traces_to_keep: how many per-window traces to keep (``-1``: all).
+
+    Example:
+        >>> import json, tempfile
+        >>> from obsbus import Run
+        >>> from obsbus.profiler import Profiler, ProfilerAction
+        >>> handler = JSONTraceHandler()
+        >>> profiler = Profiler(lambda state: ProfilerAction.ACTIVE_AND_SAVE, [handler])
+        >>> folder = tempfile.mkdtemp()
+        >>> with Run(max_duration="1ba", run_folder=folder, profiler=profiler) as run:
+        ...     for batch in run.train([[1]]):
+        ...         pass
+        >>> trace = json.load(open(handler.saved_traces[0]))
+        >>> sorted({e["ph"] for e in trace["traceEvents"]})
+        ['B', 'E', 'M', 'i']
+    """
+
+    def __init__(
+        self,
+        folder: str = "traces",
+        filename: str = "ep{epoch}-ba{batch}-rank{rank}.json",
+        merged_trace_filename: str | None = "merged_trace.json",
+        overwrite: bool = False,
+        num_traces_to_keep: int = -1,
+    ) -> None:
+        self.folder = check_placeholders(folder, "JSONTraceHandler folder")
+        self.filename = check_placeholders(filename, "JSONTraceHandler filename")
+        if merged_trace_filename is not None:
+            check_placeholders(merged_trace_filename, "JSONTraceHandler merged_trace_filename")
+        self.merged_trace_filename = merged_trace_filename
+        if isinstance(num_traces_to_keep, bool) or not isinstance(num_traces_to_keep, int):
+            raise TypeError(f"num_traces_to_keep must be an int, got {num_traces_to_keep!r}.")
+        if num_traces_to_keep == 0 or num_traces_to_keep < -1:
+            raise ValueError(
+                f"num_traces_to_keep must be -1 (keep all) or a positive int, got "
+                f"{num_traces_to_keep!r}."
+            )
+        self.overwrite = overwrite
+        self.num_traces_to_keep = num_traces_to_keep
+        self.saved_traces: list[Path] = []
+        self.name = "JSONTraceHandler"
+        self._writer = BackgroundWriter("JSONTraceHandler")
+        self._events: list[dict[str, Any]] = []
+        self._open: dict[str, int] = {}  # name -> spans begun in this window, not ended
+        self._carried: dict[str, int] = {}  # name -> spans ended early by a save
+        self._offset_us = 0.0
+        self._lock = threading.Lock()
+        self._state: State | None = None
+        self._logger: Logger | None = None
+
+    # ------------------------------------------------------------ recording
+    def _event(
+        self, ph: str, name: str, categories: Sequence[str], wall_ns: int, **extra: Any
+    ) -> None:
+        event = {"name": name, "ph": ph, "ts": wall_ns / 1000.0, "pid": self._rank(), "tid": 0}
+        if categories:
+            event["cat"] = ",".join(categories)
+        event.update(extra)
+        with self._lock:
+            self._events.append(event)
+
+    def _rank(self) -> int:
+        return self._state.rank if self._state is not None else 0
+
+    @override
+    def process_duration_event(
+        self,
+        name: str,
+        categories: Sequence[str],
+        is_start: bool,
+        timestamp: Timestamp,
+        wall_ns: int,
+    ) -> None:
+        if is_start:
+            self._open[name] = self._open.get(name, 0) + 1
+            self._event("B", name, categories, wall_ns, args={"batch": timestamp._batch})
+            return
+        if self._open.get(name, 0) > 0:
+            self._open[name] -= 1
+            self._event("E", name, categories, wall_ns)
+        elif self._carried.get(name, 0) > 0:
+            self._carried[name] -= 1  # ended at an earlier save already
+
+    @override
+    def process_instant_event(
+        self, name: str, categories: Sequence[str], timestamp: Timestamp, wall_ns: int
+    ) -> None:
+        self._event("i", name, categories, wall_ns, s="t", args={"batch": timestamp._batch})
+
+    @override
+    def process_counter_event(
+        self,
+        name: str,
+        categories: Sequence[str],
+        timestamp: Timestamp,
+        wall_ns: int,
+        values: Mapping[str, float],
+    ) -> None:
+        self._event("C", name, categories, wall_ns, args=dict(values))
+
+    # ---------------------------------------------------------------- hooks
+    @override
+    def init(self, state: State, logger: Logger) -> None:
+        self._state, self._logger = state, logger
+        folder = self._path(state, logger, "x").parent
+        if not self.overwrite and folder.is_dir() and any(folder.glob("*.json")):
+            raise FileExistsError(
+                f"JSONTraceHandler: {str(folder)!r} already holds traces. To fix, pass "
+                "overwrite=True, use another run name, or another folder."
+            )
+
+    @override
+    def fit_start(self, state: State, logger: Logger) -> None:
+        self._offset_us = _clock_offset_us()
+
+    @override
+    def batch_end(self, state: State, logger: Logger) -> None:
+        profiler = state.profiler
+        if profiler is not None and profiler.action is ProfilerAction.ACTIVE_AND_SAVE:
+            self._save(state, logger)
+
+    @override
+    def fit_end(self, state: State, logger: Logger) -> None:
+        self._writer.flush()
+
+    @override
+    def exception(self, state: State, logger: Logger) -> None:
+        if self._events and any(e["ph"] != "M" for e in self._events):
+            self._save(state, logger)  # what was recorded before the crash
+        self._writer.flush(timeout=60)
+
+    @override
+    def close(self, state: State, logger: Logger) -> None:
+        self._writer.flush(timeout=60)
+        if self.merged_trace_filename is not None and state.rank == 0 and self.saved_traces:
+            self._writer.submit(self._merge, state, logger)
+        self._writer.close(timeout=60)
+
+    # --------------------------------------------------------------- saving
+    def _save(self, state: State, logger: Logger) -> None:
+        wall = time.time_ns()
+        with self._lock:
+            events, self._events = self._events, []
+        for name, count in self._open.items():  # end what is still open, at the save
+            for _ in range(count):
+                events.append(
+                    {"name": name, "ph": "E", "ts": wall / 1000.0, "pid": state.rank, "tid": 0}
+                )
+            self._carried[name] = self._carried.get(name, 0) + count
+        self._open = {}
+        path = self._path(state, logger, self.filename)
+        self.saved_traces.append(path)
+        doc = {
+            "traceEvents": _metadata(state.rank, self._offset_us, wall) + events,
+            "displayTimeUnit": "ms",
+            "otherData": {
+                "rank": state.rank,
+                "run_name": state.run_name,
+                "batch": state.timestamp._batch,
+            },
+        }
+        self._writer.submit(self._write, path, doc, logger, state.run_name)
+        if self.num_traces_to_keep > 0:
+            while len(self.saved_traces) > self.num_traces_to_keep:
+                self._writer.submit(_remove, self.saved_traces.pop(0))
+
+    def _path(self, state: State, logger: Logger, name: str) -> Path:
+        folder = state.run_folder.resolve(logger.format_name(self.folder))
+        return folder / logger.format_name(name)
+
+    def _write(self, path: Path, doc: dict[str, Any], logger: Logger, run_name: str) -> None:
+        _write_json(path, doc)
+        if logger.has_file_uploader():
+            logger.upload_file(f"{run_name}/traces/{path.name}", path, overwrite=self.overwrite)
+
+    def _merge(self, state: State, logger: Logger) -> None:
+        from obsbus.profiler.merge import merge_traces
+
+        assert self.merged_trace_filename is not None
+        folder = self._path(state, logger, "x").parent
+        inputs = sorted(p for p in folder.glob("*.json") if p.name != self.merged_trace_filename)
+        if not inputs:
+            return
+        target = folder / logger.format_name(self.merged_trace_filename)
+        merge_traces(inputs, target)
+        if logger.has_file_uploader():
+            logger.upload_file(f"{state.run_name}/traces/{target.name}", target, overwrite=True)
+
+
+def _metadata(rank: int, offset_us: float, wall_ns: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "process_name",
+            "ph": "M",
+            "pid": rank,
+            "tid": 0,
+            "args": {"name": f"rank {rank}"},
+        },
+        {
+            "name": "process_sort_index",
+            "ph": "M",
+            "pid": rank,
+            "tid": 0,
+            "args": {"sort_index": rank},
+        },
+        {
+            "name": "thread_name",
+            "ph": "M",
+            "pid": rank,
+            "tid": 0,
+            "args": {"name": "training loop"},
+        },
+        {
+            "name": "obsbus_clock",
+            "ph": "M",
+            "pid": rank,
+            "tid": 0,
+            "args": {"offset_us": offset_us, "wall_clock_start_us": wall_ns / 1000.0},
+        },
+    ]
+
+
+def _clock_offset_us() -> float:
+    """This rank's clock offset to rank 0's, in µs (0 on one process)."""
+    if dist.get_world_size() == 1 or not dist.is_initialized():
+        return 0.0
+    dist.barrier()
+    stamps = dist.all_gather_object(time.time_ns())
+    return (stamps[0] - stamps[dist.get_rank()]) / 1000.0
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
+def _remove(path: Path) -> None:
+    path.unlink(missing_ok=True)
