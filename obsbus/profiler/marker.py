@@ -76,20 +76,29 @@ class Marker:
         self.record_instant_on_start = record_instant_on_start
         self.record_instant_on_finish = record_instant_on_finish
         self.categories = tuple(categories)
-        self._open: list[bool] = []  # per nested start: whether it recorded
+        self._open: bool | None = None  # while a span is open: whether it records
 
     @property
     def is_open(self) -> bool:
         """Whether a span of this marker has started and not finished."""
-        return bool(self._open)
+        return self._open is not None
 
     def _recording(self) -> bool:
         return self._profiler.action in self.actions
 
     def start(self) -> Marker:
-        """Begin a span (recorded if the current action is one of ``actions``)."""
+        """Begin a span (recorded if the current action is one of ``actions``).
+
+        Raises:
+            RuntimeError: this marker's span is already open (markers do not nest).
+        """
+        if self._open is not None:
+            raise RuntimeError(
+                f"Marker {self.name!r} started twice: finish() it first. Markers do not nest; "
+                "to time a span inside another, use a marker with another name."
+            )
         recording = self._recording()
-        self._open.append(recording)
+        self._open = recording
         if recording:
             wall = time.time_ns()
             self._profiler._emit_duration(self.name, self.categories, True, wall)
@@ -98,14 +107,15 @@ class Marker:
         return self
 
     def finish(self) -> None:
-        """End the span most recently started.
+        """End the open span.
 
         Raises:
-            RuntimeError: no span of this marker is open.
+            RuntimeError: no span of this marker is open (finish before start).
         """
-        if not self._open:
+        if self._open is None:
             raise RuntimeError(f"Marker {self.name!r}: finish() without a matching start().")
-        if self._open.pop():
+        recording, self._open = self._open, None
+        if recording:
             wall = time.time_ns()
             self._profiler._emit_duration(self.name, self.categories, False, wall)
             if self.record_instant_on_finish:

@@ -120,9 +120,8 @@ class Profiler:
         ``fit_end`` and ``exception`` for whatever a crash left open.
         """
         for name, marker in self._markers.items():
-            if name.startswith("event/") and (only is None or name == only):
-                while marker.is_open:
-                    marker.finish()
+            if name.startswith("event/") and (only is None or name == only) and marker.is_open:
+                marker.finish()
 
     def marker(
         self,

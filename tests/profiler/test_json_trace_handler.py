@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -69,7 +70,7 @@ def test_one_trace_per_saved_window_each_balanced(tmp_path):
         batches = {e["args"]["batch"] for e in events if e["ph"] == "B" and e["name"] == "event/batch"}
         assert len(batches) == 2
         spans = [e for e in events if e["ph"] in "BE"]
-        assert all(a["ts"] <= b["ts"] for a, b in zip(spans, spans[1:], strict=False))
+        assert all(a["ts"] <= b["ts"] for a, b in itertools.pairwise(spans))
     assert sorted(p.name for p in folder.glob("*.json")) == ["ep0-ba3-rank0.json", "ep0-ba6-rank0.json"]
     assert uploads.names == ["r/traces/ep0-ba3-rank0.json", "r/traces/ep0-ba6-rank0.json"]
 
@@ -100,7 +101,7 @@ def test_a_crash_saves_what_was_recorded_balanced(tmp_path):
 def test_existing_traces_are_not_overwritten(tmp_path):
     with fit(tmp_path, JSONTraceHandler(merged_trace_filename=None)) as trainer:
         trainer.fit()
-    with pytest.raises(FileExistsError, match="already holds traces.*overwrite=True"):
+    with pytest.raises(FileExistsError, match=r"already holds traces.*overwrite=True"):
         fit(tmp_path, JSONTraceHandler())
     with fit(tmp_path, JSONTraceHandler(overwrite=True, merged_trace_filename=None)) as trainer:
         trainer.fit()

@@ -158,3 +158,12 @@ def test_bad_marker_arguments():
         profiler.marker("x", actions=["active"])
     with pytest.raises(ValueError, match="non-empty str"):
         profiler.marker("")
+
+
+def test_starting_a_marker_twice_is_an_error():
+    profiler = Profiler(lambda s: SKIP)
+    marker = profiler.marker("twice").start()
+    with pytest.raises(RuntimeError, match="Marker 'twice' started twice: finish\\(\\) it first"):
+        marker.start()
+    marker.finish()
+    marker.start().finish()  # usable again
