@@ -4,6 +4,16 @@ from obsbus.profiler.json_trace_handler import JSONTraceHandler
 from obsbus.profiler.marker import Marker
 from obsbus.profiler.profiler import Profiler
 from obsbus.profiler.profiler_action import ProfilerAction
+from obsbus.profiler.schedule import Schedule, cyclic_schedule, step_window_schedule
 from obsbus.profiler.trace_handler import TraceHandler
 
-__all__ = ["JSONTraceHandler", "Marker", "Profiler", "ProfilerAction", "TraceHandler"]
+__all__ = [
+    "JSONTraceHandler",
+    "Marker",
+    "Profiler",
+    "ProfilerAction",
+    "Schedule",
+    "TraceHandler",
+    "cyclic_schedule",
+    "step_window_schedule",
+]
