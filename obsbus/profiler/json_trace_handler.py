@@ -236,7 +236,7 @@ class JSONTraceHandler(TraceHandler):
         if not inputs:
             return
         target = folder / logger.format_name(self.merged_trace_filename)
-        merge_traces(inputs, target)
+        merge_traces(inputs, target, combine_same_rank=True)
         if logger.has_file_uploader():
             logger.upload_file(f"{state.run_name}/traces/{target.name}", target, overwrite=True)
 

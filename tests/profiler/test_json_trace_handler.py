@@ -117,3 +117,14 @@ def test_existing_traces_are_not_overwritten(tmp_path):
 def test_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
         JSONTraceHandler(**kwargs)
+
+
+def test_close_merges_every_window_into_one_trace(tmp_path):
+    handler = JSONTraceHandler()
+    with fit(tmp_path, handler) as trainer:
+        trainer.fit()
+    merged = load(tmp_path / "run" / "traces" / "merged_trace.json")
+    assert {e["pid"] for e in merged} == {0}
+    assert balanced(merged)
+    batch_begins = [e for e in merged if e["ph"] == "B" and e["name"] == "event/batch"]
+    assert len(batch_begins) == 4  # two windows of two batches
