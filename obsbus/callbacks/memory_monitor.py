@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -58,11 +60,17 @@ def cuda_memory_report(stats: Mapping[str, Any]) -> dict[str, float | int]:
     return report
 
 
-def host_memory_report() -> dict[str, float]:
-    """This process's resident memory now and at its peak, in GB (psutil and getrusage)."""
+@functools.cache
+def _process(pid: int) -> Any:
+    """One psutil.Process per pid: building it costs ~36 µs (bench finding M3)."""
     import psutil
 
-    report = {"memory/host_rss_mem": psutil.Process().memory_info().rss / GB}
+    return psutil.Process(pid)
+
+
+def host_memory_report() -> dict[str, float]:
+    """This process's resident memory now and at its peak, in GB (psutil and getrusage)."""
+    report = {"memory/host_rss_mem": _process(os.getpid()).memory_info().rss / GB}
     try:
         import resource
     except ImportError:  # pragma: no cover - Windows has no getrusage
