@@ -126,6 +126,21 @@ class BackgroundWriter:
                 )
             worker.queue.put(item)
 
+    def try_submit(self, fn: Callable[..., Any], *args: Any, timeout: float) -> bool:
+        """Queue ``fn(*args)``, waiting at most ``timeout`` s for room; ``False`` if none came.
+
+        For destinations whose backend may hang (trackers): they drop and
+        count a write rather than let a stuck backend stop training.
+        """
+        worker = self._ensure_worker()
+        worker.submitted += 1
+        try:
+            worker.queue.put((fn, args), timeout=timeout)
+        except queue.Full:
+            worker.submitted -= 1
+            return False
+        return True
+
     @staticmethod
     def _put_marker(worker: _Worker, marker: Any, deadline: float | None) -> bool:
         try:

@@ -432,3 +432,14 @@ def test_failing_destination_writer_under_run(caplog):
     assert flaky.writer.failure_count == 6
     errors = _records(caplog, logging.ERROR, "flaky-disk-dest")
     assert len(errors) == 1, [r.getMessage() for r in errors]
+
+
+def test_try_submit_gives_up_after_its_timeout_when_the_writer_is_stuck():
+    release = threading.Event()
+    writer = BackgroundWriter("stuck", max_queue_size=1)
+    writer.submit(release.wait, 10)  # running
+    assert writer.try_submit(print, "queued", timeout=1)  # fills the queue
+    assert not writer.try_submit(print, "no room", timeout=0.05)
+    assert writer.pending == 2
+    release.set()
+    assert writer.close(timeout=5)

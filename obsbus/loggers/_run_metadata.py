@@ -1,0 +1,132 @@
+"""What trackers record about a run besides metrics: flat parameters, environment, git.
+
+Shared by every experiment-tracker destination, so they flatten, filter and
+mask the same way (DESIGN principle 7: secrets stay secret).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "SECRET_NAME",
+    "environment_snapshot",
+    "flatten_hyperparameters",
+    "git_metadata",
+    "mask_credentials",
+    "redact",
+    "secret_values",
+]
+
+#: Environment variable names whose values are never recorded.
+SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|CREDENTIAL", re.IGNORECASE)
+_URI_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+# Values shorter than this are too common to redact wherever they appear.
+_MIN_SECRET_LEN = 6
+_MAX_VALUE_LEN = 500
+
+
+def mask_credentials(text: str) -> str:
+    """``text`` with the user-info part of every URI in it masked.
+
+    Example:
+        >>> mask_credentials("https://ada:hunter2@mlflow.example.com/api")
+        'https://***@mlflow.example.com/api'
+    """
+    return _URI_USERINFO.sub(lambda m: f"{m['scheme']}***@", text)
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of the environment variables whose names look secret, longest first."""
+    env = os.environ if environ is None else environ
+    found = {v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= _MIN_SECRET_LEN}
+    return sorted(found, key=len, reverse=True)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret value replaced by ``***`` and URI credentials masked."""
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return mask_credentials(text)
+
+
+def flatten_hyperparameters(params: Mapping[str, Any], sep: str = "/") -> dict[str, Any]:
+    """Nested mappings flattened to ``{"optim/lr": 0.1}``; sequences are kept as values.
+
+    Example:
+        >>> flatten_hyperparameters({"optim": {"lr": 0.1, "betas": [0.9, 0.99]}, "seed": 1})
+        {'optim/lr': 0.1, 'optim/betas': [0.9, 0.99], 'seed': 1}
+    """
+    flat: dict[str, Any] = {}
+
+    def visit(prefix: str, value: Any) -> None:
+        if isinstance(value, Mapping) and value:
+            for key, inner in value.items():
+                visit(f"{prefix}{sep}{key}" if prefix else str(key), inner)
+        else:
+            flat[prefix] = value
+
+    for key, value in params.items():
+        visit(str(key), value)
+    return flat
+
+
+def environment_snapshot(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{"env__NAME": value}`` for the environment, without anything secret.
+
+    Names matching TOKEN|SECRET|KEY|PASSWORD|CREDENTIAL are dropped, the
+    values of those variables are redacted wherever else they appear, URI
+    credentials are masked, and long values are cut to 500 characters.
+
+    Example:
+        >>> environment_snapshot({"WORLD_SIZE": "8", "WANDB_API_KEY": "abcdef123",
+        ...                       "URL": "s3://id:abcdef123@host/b"})
+        {'env__URL': 's3://***@host/b', 'env__WORLD_SIZE': '8'}
+    """
+    env = dict(os.environ if environ is None else environ)
+    secrets = secret_values(env)
+    snapshot = {}
+    for name in sorted(env):
+        if SECRET_NAME.search(name):
+            continue
+        value = redact(env[name], secrets)
+        if len(value) > _MAX_VALUE_LEN:
+            value = value[: _MAX_VALUE_LEN - 3] + "..."
+        snapshot[f"env__{name}"] = value
+    return snapshot
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def git_metadata(cwd: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+    """Commit, branch, dirtiness and remote of the git checkout at ``cwd``; ``None`` outside one.
+
+    The remote URL has its credentials masked. Each ``git`` call has a 5 s
+    timeout, so a slow network file system can't stall the start of a run.
+    """
+    where = Path.cwd() if cwd is None else Path(cwd)
+    commit = _git(["rev-parse", "HEAD"], where)
+    if commit is None:
+        return None
+    status = _git(["status", "--porcelain", "--untracked-files=no"], where)
+    remote = _git(["config", "--get", "remote.origin.url"], where)
+    return {
+        "commit": commit,
+        "branch": _git(["rev-parse", "--abbrev-ref", "HEAD"], where) or "",
+        "dirty": bool(status),
+        "remote": mask_credentials(remote) if remote else "",
+        "root": _git(["rev-parse", "--show-toplevel"], where) or "",
+    }

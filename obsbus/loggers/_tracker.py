@@ -1,0 +1,299 @@
+"""The machinery every experiment-tracker destination shares.
+
+A tracker's client (``wandb``, ``mlflow``, ``comet_ml``, ...) is slow, may
+hang and may raise. :class:`TrackerDestination` keeps all of that off the
+training thread: ``log_metrics`` only holds the values (tensors stay
+tensors); at each ``log_interval`` the held values move to the host in one
+transfer and a :class:`~obsbus.BackgroundWriter` hands them to the client.
+The client is started, fed and finished on that thread only. A client that
+fails to start is reported once and the destination goes quiet; one that
+hangs fills its queue, after which new writes are dropped and counted
+instead of blocking training (DESIGN principle 3); close waits at most
+``close_timeout`` seconds and reports what was not delivered.
+
+A subclass implements the ``_client_*`` methods (called on the writer
+thread) and ``_check_credentials`` (called at ``init``, on the training
+thread, to warn early).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from typing_extensions import override
+
+from obsbus.interval import LogInterval
+from obsbus.logger import Logger, LoggerDestination
+from obsbus.loggers._run_metadata import environment_snapshot, flatten_hyperparameters, git_metadata
+from obsbus.run_folder import os_user
+from obsbus.state import State
+from obsbus.time import TimeLike, TimeUnit
+from obsbus.values import HostValues, to_host_async
+from obsbus.writer import BackgroundWriter
+
+__all__ = ["RunInfo", "TrackerDestination"]
+
+log = logging.getLogger("obsbus")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a tracker client needs to start, copied from the state at ``init``."""
+
+    run_name: str
+    project: str
+    rank: int
+    world_size: int
+    run_folder: Path
+    start_step: int
+
+
+class TrackerDestination(LoggerDestination):
+    """Base class of the tracker destinations; see the module docstring.
+
+    Args:
+        log_interval: how often held metrics are handed to the client.
+        rank_zero_only: only one rank logs (``logging_rank``); otherwise every rank.
+        logging_rank: the rank that logs when ``rank_zero_only``: an int or
+            ``"last"`` (``world_size - 1``, MLflow's choice in Megatron).
+        log_env: record the environment (secrets dropped) as ``env__NAME`` parameters.
+        log_git: record git commit/branch/dirty as tags and ``system/git_metadata.json``.
+        close_timeout: seconds close waits for the client before giving up.
+        max_queue_size: writes that may wait for the client before new ones are dropped.
+    """
+
+    #: The pip extra that installs the client, for :class:`MissingExtraError`.
+    extra: str = ""
+
+    def __init__(
+        self,
+        *,
+        log_interval: TimeLike = "1ba",
+        rank_zero_only: bool = True,
+        logging_rank: int | Literal["last"] = 0,
+        log_env: bool = True,
+        log_git: bool = True,
+        close_timeout: float = 30.0,
+        max_queue_size: int = 1024,
+    ) -> None:
+        cls = type(self).__name__
+        self.log_interval = LogInterval(log_interval, f"{cls} log_interval", TimeUnit.BATCH)
+        if logging_rank != "last" and (
+            isinstance(logging_rank, bool) or not isinstance(logging_rank, int) or logging_rank < 0
+        ):
+            raise ValueError(
+                f"{cls} logging_rank must be a rank >= 0 or 'last', got {logging_rank!r}."
+            )
+        if isinstance(close_timeout, bool) or not isinstance(close_timeout, (int, float)):
+            raise TypeError(f"{cls} close_timeout must be a number, got {close_timeout!r}.")
+        if close_timeout <= 0:
+            raise ValueError(f"{cls} close_timeout must be > 0 seconds, got {close_timeout!r}.")
+        self.rank_zero_only = rank_zero_only
+        self.logging_rank = logging_rank
+        self.log_env = log_env
+        self.log_git = log_git
+        self.close_timeout = float(close_timeout)
+        self.name = cls
+        self._writer = BackgroundWriter(cls, max_queue_size=max_queue_size)
+        self._state: State | None = None
+        self._held: list[tuple[int, dict[str, Any]]] = []
+        self._active = False
+        self._started = False
+        self._client_ready = False
+        self._failed_run = False
+        self._last_progress = time.monotonic()
+        self._dropped = 0
+        self._skipped = 0
+
+    # ------------------------------------------------ for subclasses to fill
+    def _check_credentials(self) -> None:
+        """Warn (never print a token) when the client will need credentials it lacks."""
+
+    def _client_start(self, info: RunInfo) -> None:
+        """Start the client's run (writer thread)."""
+
+    def _client_log_metrics(self, values: dict[str, Any], step: int) -> None:
+        """Write numbers (already on the host) at ``step`` (writer thread)."""
+
+    def _client_log_params(self, params: dict[str, Any]) -> None:
+        """Write flat hyperparameters (writer thread)."""
+
+    def _client_set_tags(self, tags: dict[str, str]) -> None:
+        """Write run tags (writer thread)."""
+
+    def _client_upload_file(self, remote_file_name: str, file_path: Path) -> None:
+        """Store a file with the run (writer thread); only called if ``can_upload_files``."""
+
+    def _client_finish(self, failed: bool) -> None:
+        """End the client's run; ``failed`` when the run ended with an exception."""
+
+    # -------------------------------------------------------- shared plumbing
+    @property
+    def active(self) -> bool:
+        """Whether this rank logs (known after ``init``)."""
+        return self._active
+
+    @property
+    def undelivered_writes(self) -> int:
+        """Writes not delivered: dropped while the client hung, or skipped as it never started."""
+        return self._dropped + self._skipped
+
+    def default_project(self, work_group: str = "default") -> str:
+        """Primus's default project name, ``{work_group}_{user_name}``."""
+        return f"{work_group}_{os_user()}"
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
+        """Queue a client call; drop it (counted, reported once) when the client hangs.
+
+        A full queue waits up to ``close_timeout`` for the client; a client
+        that has made no progress for that long gets its writes dropped at
+        once, so a hung tracker costs training one wait, not the run.
+        """
+        writer = self._writer
+        stalled = writer.pending >= writer.max_queue_size and (
+            time.monotonic() - self._last_progress > self.close_timeout
+        )
+        if not stalled and writer.try_submit(
+            self._run_client, fn, args, timeout=self.close_timeout
+        ):
+            return
+        self._dropped += 1
+        if self._dropped == 1:
+            log.error(
+                "obsbus: %s has made no progress for %.1fs and its queue is full; "
+                "further writes are dropped and counted so training goes on.",
+                self.name,
+                self.close_timeout,
+            )
+
+    def _run_client(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        try:
+            if self._client_ready or fn == self._start_client:
+                fn(*args)
+            elif fn != self._client_finish:
+                self._skipped += 1
+        finally:
+            self._last_progress = time.monotonic()
+
+    def _start_client(self, info: RunInfo) -> None:
+        self._client_start(info)
+        self._client_ready = True
+        if self.log_env:
+            self._client_log_params(environment_snapshot())
+        if self.log_git:
+            meta = git_metadata()
+            if meta is not None:
+                self._client_set_tags(
+                    {f"git.{k}": str(v) for k, v in meta.items() if k in ("commit", "branch")}
+                    | {"git.dirty": str(meta["dirty"]).lower()}
+                )
+                if self.can_upload_files():
+                    folder = Path(tempfile.mkdtemp(prefix="obsbus-git-"))
+                    path = folder / "git_metadata.json"
+                    path.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+                    self._client_upload_file("system/git_metadata.json", path)
+
+    def _chosen_rank(self, world_size: int) -> int:
+        return world_size - 1 if self.logging_rank == "last" else int(self.logging_rank)
+
+    # ------------------------------------------------------- LoggerDestination
+    @override
+    def init(self, state: State, logger: Logger) -> None:
+        self._state = state
+        self._active = not self.rank_zero_only or state.rank == self._chosen_rank(state.world_size)
+        if not self._active or self._started:
+            return
+        self._check_credentials()
+        self._started = True
+        info = RunInfo(
+            run_name=state.run_name,
+            project=self.default_project(),
+            rank=state.rank,
+            world_size=state.world_size,
+            run_folder=state.run_folder.root,
+            start_step=state.timestamp._batch,
+        )
+        self._submit(self._start_client, info)
+
+    @override
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        if self._active:
+            if step is None:
+                state = self._state
+                step = state.timestamp._batch if state is not None else 0
+            self._held.append((step, dict(metrics)))
+
+    @override
+    def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
+        if self._active:
+            self._submit(self._client_log_params, flatten_hyperparameters(hyperparameters))
+
+    @override
+    def upload_file(
+        self, state: State, remote_file_name: str, file_path: Path, *, overwrite: bool = False
+    ) -> None:
+        if self._active and self.can_upload_files():
+            self._submit(self._client_upload_file, remote_file_name, Path(file_path))
+
+    def _hand_over(self) -> None:
+        """Everything held goes to the writer: one host transfer for all values due."""
+        if not self._held:
+            return
+        held, self._held = self._held, []
+        values = {f"{i}\x00{k}": v for i, (_, m) in enumerate(held) for k, v in m.items()}
+        self._submit(self._write_held, held, to_host_async(values))
+
+    def _write_held(self, held: list[tuple[int, dict[str, Any]]], pending: HostValues) -> None:
+        numbers = pending.result()
+        for i, (step, metrics) in enumerate(held):
+            self._client_log_metrics({k: numbers[f"{i}\x00{k}"] for k in metrics}, step)
+
+    @override
+    def batch_end(self, state: State, logger: Logger) -> None:
+        if self._held and self.log_interval.at_batch_end(state):
+            self._hand_over()
+
+    @override
+    def epoch_end(self, state: State, logger: Logger) -> None:
+        if self._held and (self.log_interval.epochs == 0 or self.log_interval.at_epoch_end(state)):
+            self._hand_over()
+
+    @override
+    def eval_end(self, state: State, logger: Logger) -> None:
+        self._hand_over()
+
+    @override
+    def fit_end(self, state: State, logger: Logger) -> None:
+        self._hand_over()
+        self._writer.flush(timeout=self.close_timeout)
+
+    @override
+    def exception(self, state: State, logger: Logger) -> None:
+        self._failed_run = True
+        self._hand_over()
+        self._writer.flush(timeout=self.close_timeout)
+
+    @override
+    def close(self, state: State, logger: Logger) -> None:
+        if not self._started:
+            return
+        self._hand_over()
+        self._submit(self._client_finish, self._failed_run or state.exception is not None)
+        self._writer.close(timeout=self.close_timeout)
+        if self._dropped:
+            log.error("obsbus: %s dropped %d write(s); see above.", self.name, self._dropped)
+        if self._skipped:
+            log.error(
+                "obsbus: %s never started its client (see the first error above); "
+                "%d write(s) were not delivered.",
+                self.name,
+                self._skipped,
+            )
+        self._started = self._client_ready = False

@@ -1,0 +1,227 @@
+"""The shared tracker machinery, through a fake tracker client that records its calls."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from obsbus import Run
+from obsbus.loggers._run_metadata import environment_snapshot, mask_credentials, redact
+from obsbus.loggers._tracker import RunInfo, TrackerDestination
+
+
+class FakeTracker(TrackerDestination):
+    """Records every client call with the thread it ran on."""
+
+    def __init__(self, *, uploads: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[tuple[str, Any]] = []
+        self.threads: set[str] = set()
+        self.uploads = uploads
+
+    def can_upload_files(self) -> bool:
+        return self.uploads
+
+    def _record(self, name: str, value: Any) -> None:
+        self.threads.add(threading.current_thread().name)
+        self.calls.append((name, value))
+
+    def _client_start(self, info: RunInfo) -> None:
+        self._record("start", info)
+
+    def _client_log_metrics(self, values: dict[str, Any], step: int) -> None:
+        self._record("metrics", (step, values))
+
+    def _client_log_params(self, params: dict[str, Any]) -> None:
+        self._record("params", params)
+
+    def _client_set_tags(self, tags: dict[str, str]) -> None:
+        self._record("tags", tags)
+
+    def _client_upload_file(self, remote_file_name: str, file_path: Path) -> None:
+        self._record("upload", (remote_file_name, file_path.read_text()))
+
+    def _client_finish(self, failed: bool) -> None:
+        self._record("finish", failed)
+
+    def of(self, kind: str) -> list[Any]:
+        return [value for name, value in self.calls if name == kind]
+
+
+def _train(tracker: TrackerDestination, batches: int = 4, **run_kwargs: Any) -> None:
+    with Run(max_duration=f"{batches}ba", loggers=[tracker], **run_kwargs) as run:
+        for i, _ in enumerate(run.train([[0]] * batches)):
+            run.state.loss = torch.tensor(float(i) + 0.5)
+
+
+def test_metrics_reach_the_client_as_numbers_on_the_writer_thread_at_each_interval():
+    tracker = FakeTracker(log_interval="2ba", log_env=False, log_git=False)
+    _train(tracker, batches=4)
+    metrics = tracker.of("metrics")
+    assert [(step, values["loss/train/total"]) for step, values in metrics] == [
+        (1, 0.5),
+        (2, 1.5),
+        (3, 2.5),
+        (4, 3.5),
+    ]
+    assert all(type(values["loss/train/total"]) is float for _, values in metrics)
+    assert threading.current_thread().name not in tracker.threads
+    assert tracker.threads == {"obsbus-writer-FakeTracker"}
+    assert tracker.of("finish") == [False]
+    assert tracker.of("start")[0].run_name == tracker.of("start")[0].run_name  # a RunInfo
+
+
+def test_values_stay_tensors_until_the_interval():
+    tracker = FakeTracker(log_interval="3ba", log_env=False, log_git=False)
+    held: list[Any] = []
+    with Run(max_duration="2ba", loggers=[tracker]) as run:
+        for _ in run.train([[0], [0]]):
+            held = [values["loss/train/total"] for _, values in tracker._held]
+            run.state.loss = torch.tensor(1.0)
+    assert len(held) == 1 and isinstance(held[0], torch.Tensor)  # batch 1's, while in batch 2
+    assert [step for step, _ in tracker.of("metrics")] == [1, 2]  # delivered at fit end
+
+
+def test_hyperparameters_are_flattened_and_the_environment_has_no_secrets(monkeypatch):
+    monkeypatch.setenv("MY_API_KEY", "sk-live-0123456789")
+    monkeypatch.setenv("SOME_URI", "https://ada:sk-live-0123456789@host/x")
+    monkeypatch.setenv("OBSBUS_TEST_VISIBLE", "yes")
+    tracker = FakeTracker(log_git=False)
+    with Run(max_duration="1ba", loggers=[tracker]) as run:
+        run.logger.log_hyperparameters({"optim": {"lr": 0.1, "name": "adam"}, "seed": 3})
+        for _ in run.train([[0]]):
+            pass
+    params: dict[str, Any] = {}
+    for p in tracker.of("params"):
+        params.update(p)
+    assert params["optim/lr"] == 0.1 and params["optim/name"] == "adam" and params["seed"] == 3
+    assert params["env__OBSBUS_TEST_VISIBLE"] == "yes"
+    assert "env__MY_API_KEY" not in params
+    assert params["env__SOME_URI"] == "https://***@host/x"
+    assert "sk-live-0123456789" not in repr(tracker.calls)
+
+
+def test_git_metadata_becomes_tags_and_an_artifact(tmp_path):
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@e", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    Path("a.txt").write_text("x")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    tracker = FakeTracker(log_env=False)
+    _train(tracker, batches=1)
+    tags = tracker.of("tags")[0]
+    assert tags == {"git.commit": commit, "git.branch": "main", "git.dirty": "false"}
+    (name, content), *_ = tracker.of("upload")
+    assert name == "system/git_metadata.json" and commit in content
+
+
+def test_only_the_chosen_rank_logs(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    last = FakeTracker(logging_rank="last", log_env=False, log_git=False)
+    zero = FakeTracker(log_env=False, log_git=False)
+    every = FakeTracker(rank_zero_only=False, log_env=False, log_git=False)
+    _train(last, 1)
+    _train(zero, 1, run_name="r2")
+    _train(every, 1, run_name="r3")
+    assert (last.active, zero.active, every.active) == (False, True, True)
+    assert last.calls == [] and zero.of("metrics") and every.of("metrics")
+
+
+def test_uploads_go_through_the_writer_only_when_the_tracker_stores_files(tmp_path):
+    storing, plain = FakeTracker(log_git=False, log_env=False), FakeTracker(uploads=False)
+    path = tmp_path / "f.txt"
+    path.write_text("bytes")
+    with Run(max_duration="1ba", loggers=[storing, plain]) as run:
+        run.logger.upload_file("{run_name}/f.txt", path)
+        for _ in run.train([[0]]):
+            pass
+    assert storing.of("upload") == [(f"{run.state.run_name}/f.txt", "bytes")]
+    assert plain.of("upload") == []
+
+
+def test_an_exception_ends_the_client_run_as_failed():
+    tracker = FakeTracker(log_env=False, log_git=False)
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        Run(max_duration="3ba", loggers=[tracker]) as run,
+    ):
+        for i, _ in enumerate(run.train([[0]] * 3)):
+            run.state.loss = torch.tensor(1.0)
+            if i == 1:
+                raise RuntimeError("boom")
+    assert tracker.of("finish") == [True]
+    assert [step for step, _ in tracker.of("metrics")] == [1]
+
+
+class BrokenStart(FakeTracker):
+    def _client_start(self, info: RunInfo) -> None:
+        raise ConnectionError("tracker unreachable")
+
+
+def test_a_client_that_fails_to_start_is_reported_once_and_training_goes_on(caplog):
+    tracker = BrokenStart(log_env=False, log_git=False)
+    with caplog.at_level(logging.ERROR, logger="obsbus"):
+        _train(tracker, batches=3)
+    errors = [r for r in caplog.records if "BrokenStart" in r.getMessage()]
+    assert any("tracker unreachable" in str(r.exc_info) for r in errors)
+    assert tracker.of("metrics") == [] and tracker.undelivered_writes == 3
+    assert any("3 write(s) were not delivered" in r.getMessage() for r in errors)
+
+
+class Hanging(FakeTracker):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.release = threading.Event()
+
+    def _client_log_metrics(self, values: dict[str, Any], step: int) -> None:
+        self.release.wait(30)
+
+
+def test_a_hanging_client_can_not_hang_training_or_close(caplog):
+    tracker = Hanging(log_env=False, log_git=False, max_queue_size=2, close_timeout=0.2)
+    started = time.monotonic()
+    try:
+        with caplog.at_level(logging.ERROR, logger="obsbus"):
+            _train(tracker, batches=30)
+        assert time.monotonic() - started < 15
+        assert tracker.undelivered_writes > 0
+        assert any("no progress" in r.getMessage() for r in caplog.records)
+        assert any("were not delivered" in r.getMessage() for r in caplog.records)
+    finally:
+        tracker.release.set()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"logging_rank": -1}, ValueError, "logging_rank must be a rank >= 0 or 'last', got -1"),
+        ({"logging_rank": "first"}, ValueError, "got 'first'"),
+        ({"close_timeout": 0}, ValueError, "close_timeout must be > 0 seconds, got 0"),
+        ({"close_timeout": "1"}, TypeError, "close_timeout must be a number, got '1'"),
+        ({"log_interval": "5sp"}, ValueError, "FakeTracker log_interval '5sp'"),
+    ],
+    ids=["negative-rank", "rank-name", "zero-timeout", "str-timeout", "sample-interval"],
+)
+def test_bad_arguments_fail_at_construction(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        FakeTracker(**kwargs)
+
+
+def test_environment_snapshot_and_masking():
+    env = {"HF_TOKEN": "hf_abcdefgh", "PATH": "/bin", "NOTE": "uses hf_abcdefgh inside"}
+    assert environment_snapshot(env) == {"env__NOTE": "uses *** inside", "env__PATH": "/bin"}
+    assert mask_credentials("s3://AKIA:sec@minio:9000/b and sftp://u:p@h/") == (
+        "s3://***@minio:9000/b and sftp://***@h/"
+    )
+    assert redact("key=abcdefgh", ["abcdefgh"]) == "key=***"
