@@ -30,6 +30,7 @@ MODES = ("deferred", "immediate")
 SOURCES = ("loss", "gradient")  # in the order a tie is named
 ON_NAN = ("raise", "stop", "log")
 _NONE_BAD = 2**62  # "no bad batch yet": larger than any batch number
+_STACK_EVERY = 256  # kept losses stacked into one tensor per device
 
 
 class NonFiniteLossError(ObsbusError):
@@ -98,14 +99,17 @@ class NaNMonitor(Callback):
     """Stops, or reports, a run whose loss goes NaN or Inf, naming the first bad batch.
 
     The check costs no host sync on most steps (Megatron and Primus sync on
-    every step for theirs). At ``after_loss`` (each microbatch) the loss's
-    finiteness is folded into a device-side int64 holding the first bad
-    batch: ``isfinite`` then ``where(ok, acc, acc.clamp(max=batch))``, three
-    small kernels and no transfer (the batch number goes in as a kernel
-    argument, not as a new tensor). Only every ``check_interval``, and at
-    ``fit_end``, is that number read back: one transfer per device. The
-    price is latency: a run may train up to ``check_interval`` batches past
-    the bad one (on NaN weights) before it hears of it. A loss that is a
+    every step for theirs), and no kernel either: at ``after_loss`` (each
+    microbatch) the detached loss is kept with its batch number. Every
+    ``check_interval``, and at ``fit_end``, the kept losses are stacked and
+    summed in float64 on their device (a sum is finite exactly when every
+    part is) and that sum is read back: one transfer per device, a few
+    kernels per check. Only when it is not finite are the kept values
+    searched for the first bad batch. Every 256 kept losses are stacked
+    into one tensor, so memory stays at a few bytes per batch however long
+    the interval. The price is latency: a run may train up to
+    ``check_interval`` batches past the bad one (on NaN weights) before it
+    hears of it. A loss that is a
     dict, list or tuple of tensors (or nested) is bad if any part is; a
     Python number is checked on the host. Loops that never call
     ``run.loss`` and only set ``state.loss`` are checked at
@@ -120,7 +124,9 @@ class NaNMonitor(Callback):
     ``after_backward``: one fused ``torch._foreach_norm(grads, inf)`` per
     device and dtype (the max-abs norm, which can't overflow, so a large
     finite gradient is never reported), folded into a second flag. It reads
-    every gradient once per microbatch.
+    every gradient once per microbatch. (Gradient checks, and
+    ``immediate`` mode, fold into a device-side int64 holding the first bad
+    batch: ``where(ok, acc, acc.clamp(max=batch))``, no transfer.)
 
     On detection: ``on_nan="raise"`` raises :class:`NonFiniteLossError`
     (the ``exception`` event runs, then the error reaches the caller);
@@ -196,6 +202,9 @@ class NaNMonitor(Callback):
         # (source, device) -> int64 0-d tensor: the first bad batch, or _NONE_BAD.
         self._flags: dict[tuple[str, Any], torch.Tensor] = {}
         self._host_first_bad: int = _NONE_BAD  # losses given as Python numbers
+        # Deferred mode: losses kept since the last check, and those already stacked.
+        self._kept: list[tuple[int, torch.Tensor]] = []
+        self._stacked: dict[Any, list[tuple[list[int], torch.Tensor]]] = {}
         self._unchecked = False  # something was folded since the last check
         self._folded_batch = -1
 
@@ -228,7 +237,14 @@ class NaNMonitor(Callback):
         if any(not math.isfinite(n) for n in numbers):
             self._host_first_bad = min(self._host_first_bad, batch)
             self._unchecked = True
-        if tensors:
+        if tensors and not self._immediate:
+            kept = self._kept
+            for t in tensors:
+                kept.append((batch, t.detach()))
+            if len(kept) >= _STACK_EVERY:
+                self._stack_kept()
+            self._unchecked = True
+        elif tensors:
             import torch
 
             oks = []
@@ -237,6 +253,46 @@ class NaNMonitor(Callback):
                 oks.append(finite.reshape(()) if t.numel() == 1 else finite.all())
             self._fold("loss", oks, batch)
         self._folded_batch = batch
+
+    def _stack_kept(self) -> None:
+        """Stack the kept losses into one float64 tensor per device (no transfer)."""
+        import torch
+
+        kept, self._kept = self._kept, []
+        by_device: dict[Any, tuple[list[int], list[torch.Tensor]]] = {}
+        for batch, t in kept:
+            batches, values = by_device.setdefault(t.device, ([], []))
+            batches.append(batch)
+            values.append(t.reshape(()) if t.numel() == 1 else t.sum(dtype=torch.float64))
+        for device, (batches, values) in by_device.items():
+            stacked = torch.stack(values).to(torch.float64)
+            self._stacked.setdefault(device, []).append((batches, stacked))
+
+    def _take_kept(self) -> list[tuple[list[int], torch.Tensor]]:
+        """Every loss kept since the last check: one ``(batches, float64 values)`` per device."""
+        import torch
+
+        if self._kept:
+            self._stack_kept()
+        stacked, self._stacked = self._stacked, {}
+        return [
+            (
+                [b for batches, _ in parts for b in batches],
+                parts[0][1] if len(parts) == 1 else torch.cat([v for _, v in parts]),
+            )
+            for parts in stacked.values()
+        ]
+
+    @staticmethod
+    def _first_bad(batches: list[int], values: torch.Tensor) -> int:
+        """The first batch whose value is not finite (a second transfer, only after a bad sum)."""
+        import torch
+
+        bad = (~torch.isfinite(values)).nonzero().reshape(-1)[:1]
+        first = to_host({"i": bad})["i"]
+        if first == []:
+            return _NONE_BAD  # the sum of finite values overflowed: nothing was bad
+        return batches[first if isinstance(first, int) else first[0]]
 
     @override
     def after_loss(self, state: State, logger: Logger) -> None:
@@ -319,11 +375,18 @@ class NaNMonitor(Callback):
         local["loss"] = self._host_first_bad
         self._host_first_bad = _NONE_BAD
         keys = list(self._flags)
-        values = to_host({str(i): self._flags[key] for i, key in enumerate(keys)})
-        for key, first in zip(keys, values.values(), strict=True):
+        kept = self._take_kept()
+        due = {str(i): self._flags[key] for i, key in enumerate(keys)}
+        due.update({f"kept{i}": v.sum() for i, (_, v) in enumerate(kept)})
+        values = to_host(due)  # one transfer per device
+        for i, key in enumerate(keys):
+            first = values[str(i)]
             if first != _NONE_BAD:
                 local[key[0]] = min(local[key[0]], first)
                 self._flags[key].fill_(_NONE_BAD)
+        for i, (batches, kept_values) in enumerate(kept):
+            if not math.isfinite(values[f"kept{i}"]):
+                local["loss"] = min(local["loss"], self._first_bad(batches, kept_values))
         rows = _gather_rows([local[s] for s in SOURCES]) if world > 1 else [list(local.values())]
         batch = min(min(row) for row in rows)
         if batch == _NONE_BAD:

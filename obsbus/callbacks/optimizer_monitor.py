@@ -17,7 +17,7 @@ from obsbus.time import TimeLike
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["OptimizerMonitor", "count_zeros", "fused_l2_norms"]
+__all__ = ["OptimizerMonitor", "count_zeros", "fused_l2_norms", "fused_l2_norms_of_groups"]
 
 
 def _trainable_parameters(state: State) -> list[tuple[str, torch.Tensor]]:
@@ -87,20 +87,54 @@ def fused_l2_norms(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, list[torc
         >>> total, each
         (tensor(5.), [tensor(3.), tensor(4.)])
     """
+    totals, each = fused_l2_norms_of_groups([tensors])
+    return totals[0], each
+
+
+def fused_l2_norms_of_groups(
+    groups: list[list[torch.Tensor]],
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """:func:`fused_l2_norms` of several lists at once: one ``_foreach_norm`` for all of them.
+
+    Returns each list's global norm, and every tensor's norm in the order
+    given (all lists concatenated). The gradients and the parameters go
+    through one fused call this way, instead of one each.
+
+    Example:
+        >>> import torch
+        >>> totals, _ = fused_l2_norms_of_groups([[torch.tensor([3.0, 4.0])], [torch.ones(4)]])
+        >>> totals
+        [tensor(5.), tensor(2.)]
+    """
     import torch
 
     half = (torch.float16, torch.bfloat16)
-    each: list[Any] = [None] * len(tensors)
-    totals = []
-    for (_, wide), indices in _by_device(tensors).items():
-        group = [tensors[i] for i in indices]
+    flat = [t for group in groups for t in group]
+    owner = [k for k, group in enumerate(groups) for _ in group]
+    each: list[Any] = [None] * len(flat)
+    parts: list[list[torch.Tensor]] = [[] for _ in groups]
+    for (_, wide), indices in _by_device(flat).items():
+        tensors = [flat[i] for i in indices]
         # float32 norms for half-precision tensors; float64 ones keep float64.
-        dtype = torch.float32 if not wide and any(t.dtype in half for t in group) else None
-        norms = torch._foreach_norm(group, 2, dtype=dtype)
+        dtype = torch.float32 if not wide and any(t.dtype in half for t in tensors) else None
+        norms = torch._foreach_norm(tensors, 2, dtype=dtype)
         for i, norm in zip(indices, norms, strict=True):
             each[i] = norm
-        totals.append(torch.linalg.vector_norm(torch.stack(list(norms))))
-    return _combine(totals, _target_device(tensors)), each
+        stacked = torch.stack(list(norms))
+        start = 0
+        while start < len(indices):  # a group's tensors are contiguous in `indices`
+            k = owner[indices[start]]
+            stop = start
+            while stop < len(indices) and owner[indices[stop]] == k:
+                stop += 1
+            parts[k].append(torch.linalg.vector_norm(stacked[start:stop]))
+            start = stop
+    totals = []
+    for k, group in enumerate(groups):
+        if not parts[k]:
+            raise ValueError("fused_l2_norms_of_groups: every list needs at least one tensor.")
+        totals.append(_combine(parts[k], _target_device(group)))
+    return totals, each
 
 
 def count_zeros(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -137,10 +171,11 @@ class OptimizerMonitor(Callback):
     The parameter norm is of the parameters after the step.
 
     Cost: nothing on batches that are not due. On a due batch, one fused
-    ``torch._foreach_norm`` over the gradients per device (another over the
-    parameters with ``log_param_norm``), then one ``vector_norm`` of the
-    stacked norms; the per-layer norms are the fused call's outputs, so they
-    cost no extra kernel. ``log_num_zeros`` adds one ``count_nonzero`` per
+    ``torch._foreach_norm`` per device over the gradients and the parameters
+    together, one ``stack`` of its outputs, and one ``vector_norm`` for each
+    of the two global norms; the per-layer norms are the fused call's
+    outputs, so they cost no extra kernel. The parameter list is looked up
+    once per epoch. ``log_num_zeros`` adds one ``count_nonzero`` per
     gradient. Every value is logged as a tensor on the device, with no sync:
     the destinations turn them into numbers at their own interval. When the
     parameters sit on several devices, each device's norm is computed where
@@ -219,22 +254,38 @@ class OptimizerMonitor(Callback):
         self.log_param_norm = log_param_norm
         self.log_num_zeros = log_num_zeros
         self._warned_no_grads = False
+        self._params: list[tuple[str, torch.Tensor]] | None = None
+        self._params_model: object = None
+
+    def _parameters(self, state: State) -> list[tuple[str, torch.Tensor]]:
+        """The trainable parameters, looked up once per epoch (or when the model changes)."""
+        if self._params is None or self._params_model is not state.model:
+            self._params = _trainable_parameters(state)
+            self._params_model = state.model
+        return self._params
+
+    @override
+    def epoch_start(self, state: State, logger: Logger) -> None:
+        self._params = None  # parameters frozen or unfrozen between epochs are seen
 
     def _metrics(self, state: State) -> dict[str, Any]:
         import torch
 
-        params = _trainable_parameters(state)
+        params = self._parameters(state)
         metrics: dict[str, Any] = {}
         if not params:
             return metrics
         with torch.no_grad():
             named_grads = [(name, p.grad) for name, p in params if p.grad is not None]
-            if named_grads:
-                grads = [g for _, g in named_grads]
-                total, each = fused_l2_norms(grads)
-                metrics["l2_norm/grad/global"] = total
+            grads = [g for _, g in named_grads]
+            groups = ([grads] if grads else []) + (
+                [[p for _, p in params]] if self.log_param_norm else []
+            )
+            totals, each = fused_l2_norms_of_groups(groups)  # one fused call for both
+            if grads:
+                metrics["l2_norm/grad/global"] = totals[0]
                 if self.log_per_layer:
-                    for (name, _), norm in zip(named_grads, each, strict=True):
+                    for (name, _), norm in zip(named_grads, each, strict=False):
                         metrics[f"l2_norm/grad/{name}"] = norm
                 if self.log_num_zeros:
                     metrics["num_zeros/grad/global"] = count_zeros(grads)
@@ -250,10 +301,10 @@ class OptimizerMonitor(Callback):
                     stacklevel=3,
                 )
             if self.log_param_norm:
-                total, each = fused_l2_norms([p.detach() for _, p in params])
-                metrics["l2_norm/param/global"] = total
+                metrics["l2_norm/param/global"] = totals[-1]
                 if self.log_per_layer:
-                    for (name, _), norm in zip(params, each, strict=True):
+                    param_norms = each[len(grads) :]
+                    for (name, _), norm in zip(params, param_norms, strict=True):
                         metrics[f"l2_norm/param/{name}"] = norm
         return metrics
 

@@ -255,3 +255,44 @@ def test_two_ranks_act_together_and_name_the_rank(tmp_path):
         assert raised[:3] == ("raised", 3, (1,)) and raised[3].startswith(message)
         assert raised[4] == 4  # both stopped at the check after batch 4
         assert result["stop"] == ("finished", 4)
+
+
+def _run_losses(monitor, losses):
+    with Run(max_duration=f"{len(losses)}ba", callbacks=[monitor]) as run:
+        for _ in run.train([[0]] * len(losses)):
+            run.loss(lambda value: value, losses[run.state.timestamp.batch.value])
+
+
+def test_a_long_interval_keeps_memory_bounded_and_still_names_the_first_bad_batch():
+    losses = [torch.tensor(0.5) for _ in range(700)]
+    losses[299] = torch.tensor(float("inf"))
+    losses[650] = torch.tensor(float("nan"))
+    monitor = NaNMonitor("1000ba")
+    with pytest.raises(NonFiniteLossError, match="at batch 300, found by the check after batch 700"):
+        _run_losses(monitor, losses)
+    assert monitor._kept == [] and monitor._stacked == {}
+
+
+def test_the_stacked_losses_are_bounded_between_checks():
+    monitor = NaNMonitor("1000ba")
+    seen = []
+
+    class Probe(EventCounter):
+        def batch_end(self, state, logger):
+            seen.append((len(monitor._kept), sum(len(p) for p in monitor._stacked.values())))
+
+    with Run(max_duration="600ba", callbacks=[monitor, Probe()]) as run:
+        for _ in run.train([[0]] * 600):
+            run.loss(lambda: torch.tensor(1.0))
+    assert max(kept for kept, _ in seen) < 256
+    assert seen[-1] == (600 - 512, 2)  # two stacks of 256, the rest kept
+
+
+def test_mixed_dtypes_and_a_finite_sum_that_overflows_are_not_reported():
+    huge = torch.tensor(1.7e308, dtype=torch.float64)
+    losses = [torch.tensor(1.0, dtype=torch.bfloat16), huge, huge, torch.tensor([2.0, 3.0])]
+    monitor = NaNMonitor("10ba")
+    _run_losses(monitor, losses)  # 1.7e308 * 2 overflows in the sum; no value is bad
+    losses[3] = torch.tensor([2.0, float("nan")])
+    with pytest.raises(NonFiniteLossError, match="at batch 4"):
+        _run_losses(NaNMonitor("10ba"), losses)

@@ -10,7 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from obsbus import Callback, Logger, ObsbusWarning, Run, State, Timestamp, Trainer
-from obsbus.callbacks.optimizer_monitor import OptimizerMonitor, count_zeros, fused_l2_norms
+from obsbus.callbacks.optimizer_monitor import (
+    OptimizerMonitor,
+    count_zeros,
+    fused_l2_norms,
+    fused_l2_norms_of_groups,
+)
 from obsbus.loggers import InMemoryLogger
 
 from ..helpers import regression_data, tiny_model
@@ -149,7 +154,7 @@ class ForeachCalls(Callback):
 
 
 @pytest.mark.parametrize(
-    ("log_param_norm", "per_due_step"), [(False, 1), (True, 2)], ids=["grads", "grads+params"]
+    ("log_param_norm", "per_due_step"), [(False, 1), (True, 1)], ids=["grads", "grads+params"]
 )
 def test_one_fused_norm_call_per_due_step(monkeypatch, log_param_norm, per_due_step):
     counter = Counter()
@@ -240,3 +245,33 @@ def test_bad_arguments_are_refused_when_built():
         TypeError, match=r"OptimizerMonitor log_num_zeros must be True or False, got 'yes'"
     ):
         OptimizerMonitor(log_num_zeros="yes")
+
+
+def test_grouped_norms_equal_separate_ones_across_dtypes():
+    grads = [torch.randn(3, dtype=torch.float16), torch.randn(4), torch.randn(2, dtype=torch.float64)]
+    params = [torch.randn(5), torch.randn(2, 2, dtype=torch.bfloat16)]
+    totals, each = fused_l2_norms_of_groups([grads, params])
+    for total, tensors in zip(totals, (grads, params), strict=True):
+        expected = torch.linalg.vector_norm(torch.stack([t.double().norm() for t in tensors]))
+        assert torch.allclose(total.double(), expected, rtol=1e-3)
+    assert [float(n) for n in each] == pytest.approx([t.double().norm().item() for t in grads + params], rel=1e-3)
+    with pytest.raises(ValueError, match="every list needs at least one tensor"):
+        fused_l2_norms_of_groups([grads, []])
+
+
+def test_parameters_frozen_between_epochs_leave_the_norms():
+    model = tiny_model()
+    mem = InMemoryLogger()
+
+    class FreezeFirstLayer(Callback):
+        def epoch_end(self, state, logger):
+            for p in model[0].parameters():
+                p.requires_grad_(False)
+
+    with Trainer(model, regression_data(2), "2ep", loss_fn=F.mse_loss,
+                 optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
+                 callbacks=[OptimizerMonitor("1ba", log_per_layer=True), FreezeFirstLayer()],
+                 loggers=[mem], device="cpu") as trainer:
+        trainer.fit()
+    assert mem.get_timeseries("l2_norm/param/0.weight")["step"] == [1, 2]
+    assert mem.get_timeseries("l2_norm/param/2.weight")["step"] == [1, 2, 3, 4]
