@@ -87,7 +87,7 @@ def to_host_async(values: Mapping[str, Any]) -> HostValues:
     groups: list[tuple[list[tuple[str, Any]], Any]] = []
     events = []
     for device, items in by_device.items():
-        flat = torch.cat([t.detach().reshape(-1).to(torch.float64) for _, t in items])
+        flat = _flatten_float64(items, torch)
         entries = [
             (key, (tuple(t.shape), t.numel(), _python_type(t.dtype, torch))) for key, t in items
         ]
@@ -103,6 +103,39 @@ def to_host_async(values: Mapping[str, Any]) -> HostValues:
             host = flat.to("cpu")
         groups.append((entries, host))
     return HostValues(list(values), plain, groups, events)
+
+
+def _flatten_float64(items: list[tuple[str, Any]], torch: Any) -> Any:
+    """One float64 vector of every element of ``items`` (one device), in order.
+
+    0-d tensors, the usual metric, are stacked per dtype in one call each
+    (``stack`` then ``to``) instead of three calls per tensor: 14 losses and
+    norms take ~30 µs instead of ~300 (bench finding M7). Stacking per dtype
+    keeps int64 counts exact (a mixed stack would promote them to float32).
+    """
+    if len(items) == 1:
+        return items[0][1].detach().reshape(-1).to(torch.float64)
+    with torch.no_grad():
+        if all(t.dim() == 0 for _, t in items):
+            dtype = items[0][1].dtype
+            if all(t.dtype == dtype for _, t in items):
+                return torch.stack([t for _, t in items]).to(torch.float64)
+        parts = []
+        run: list[Any] = []  # consecutive 0-d tensors of one dtype
+        for _, t in items:
+            if t.dim() == 0 and (not run or run[0].dtype == t.dtype):
+                run.append(t)
+                continue
+            if run:
+                parts.append(torch.stack(run).to(torch.float64))
+                run = []
+            if t.dim() == 0:
+                run.append(t)
+            else:
+                parts.append(t.reshape(-1).to(torch.float64))
+        if run:
+            parts.append(torch.stack(run).to(torch.float64))
+        return torch.cat(parts)
 
 
 def _python_type(dtype: Any, torch: Any) -> type:

@@ -79,3 +79,20 @@ def test_training_steps_that_do_not_log_never_sync():
             assert calls == [], f"batch {batch} synced: {calls}"
         else:
             assert calls == ["tolist"], f"batch {batch}: {calls}"
+
+
+def test_mixed_dtypes_and_shapes_keep_their_values_and_order():
+    values = {
+        "loss": torch.tensor(0.25, requires_grad=True) * 2,
+        "count": torch.tensor(2**40 + 1),  # exact: not promoted through float32
+        "half": torch.tensor(1.5, dtype=torch.bfloat16),
+        "vec": torch.tensor([1.0, 2.0]),
+        "flag": torch.tensor(True),
+        "loss2": torch.tensor(3.0),
+        "plain": 7,
+    }
+    assert to_host(values) == {
+        "loss": 0.5, "count": 2**40 + 1, "half": 1.5, "vec": [1.0, 2.0], "flag": True,
+        "loss2": 3.0, "plain": 7,
+    }
+    assert list(to_host(values)) == list(values)

@@ -68,9 +68,34 @@ def _process(pid: int) -> Any:
     return psutil.Process(pid)
 
 
+_STATM: dict[int, int] = {}  # pid -> an open descriptor of /proc/self/statm
+
+
+def _rss_bytes() -> int:
+    """This process's RSS in bytes.
+
+    On Linux from ``/proc/self/statm`` through a descriptor kept open per
+    process (~3 µs), elsewhere from psutil (~28 µs; bench finding M3).
+    """
+    pid = os.getpid()
+    fd = _STATM.get(pid)
+    if fd is None and sys.platform.startswith("linux"):
+        try:
+            fd = _STATM[pid] = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            fd = _STATM[pid] = -1
+    if fd is not None and fd >= 0:
+        return int(os.pread(fd, 128, 0).split()[1]) * _PAGE_SIZE
+    rss: int = _process(pid).memory_info().rss
+    return rss
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
 def host_memory_report() -> dict[str, float]:
-    """This process's resident memory now and at its peak, in GB (psutil and getrusage)."""
-    report = {"memory/host_rss_mem": _process(os.getpid()).memory_info().rss / GB}
+    """This process's resident memory now and at its peak, in GB (/proc or psutil, getrusage)."""
+    report = {"memory/host_rss_mem": _rss_bytes() / GB}
     try:
         import resource
     except ImportError:  # pragma: no cover - Windows has no getrusage

@@ -251,7 +251,12 @@ class SpeedMonitor(Callback):
         self.precision = precision
         self.log_interval = LogInterval(log_interval, "SpeedMonitor log_interval")
         # (seconds, samples, tokens, flops or None) of each batch in the window.
-        self._window: deque[tuple[float, int, int, float | None]] = deque(maxlen=window_size)
+        # The window as parallel deques, so each sum is one C-level call (bench finding M4).
+        self._seconds: deque[float] = deque(maxlen=window_size)
+        self._samples: deque[int] = deque(maxlen=window_size)
+        self._tokens: deque[int] = deque(maxlen=window_size)
+        self._flops: deque[float] = deque(maxlen=window_size)
+        self._flops_missing: deque[bool] = deque(maxlen=window_size)
         self._flops_fn: Callable[[Any], Any] | None = None
         self._mark: float | None = None  # end of the previous batch, moved past any eval
         self._warm_up = False
@@ -299,9 +304,11 @@ class SpeedMonitor(Callback):
                 self._warm_up = False
             else:
                 flops = None if self._flops_fn is None else self._count_flops(state)
-                self._window.append(
-                    (seconds, state.batch_num_samples, state.batch_num_tokens, flops)
-                )
+                self._seconds.append(seconds)
+                self._samples.append(state.batch_num_samples)
+                self._tokens.append(state.batch_num_tokens)
+                self._flops.append(flops or 0.0)
+                self._flops_missing.append(flops is None)
                 self._interval_seconds += seconds
                 self._interval_batches += 1
         if self.log_interval.at_batch_end(state):
@@ -391,13 +398,13 @@ class SpeedMonitor(Callback):
         }
 
     def _log(self, state: State, logger: Logger) -> None:
-        window = self._window
-        full = len(window) == self.window_size
-        seconds = math.fsum(w[0] for w in window) if full else 0.0
-        samples = sum(w[1] for w in window) if full else 0
-        tokens = sum(w[2] for w in window) if full else 0
-        has_flops = full and all(w[3] is not None for w in window)
-        flops = math.fsum(w[3] or 0.0 for w in window) if has_flops else 0.0
+        batches = len(self._seconds)
+        full = batches == self.window_size
+        seconds = math.fsum(self._seconds) if full else 0.0
+        samples = sum(self._samples) if full else 0
+        tokens = sum(self._tokens) if full else 0
+        has_flops = full and not any(self._flops_missing)
+        flops = math.fsum(self._flops) if has_flops else 0.0
         world = dist.get_world_size() if dist.is_initialized() else 1
         metrics: dict[str, Any] = {}
         if world > 1:
@@ -417,7 +424,7 @@ class SpeedMonitor(Callback):
         self._interval_seconds, self._interval_batches = 0.0, 0
         if full and seconds > 0:  # the slowest rank's seconds are at least this rank's
             elapsed = reduced["seconds"]
-            rates = {"batches": len(window) / elapsed, "samples": reduced["samples"] / elapsed}
+            rates = {"batches": batches / elapsed, "samples": reduced["samples"] / elapsed}
             if tokens:
                 rates["tokens"] = reduced["tokens"] / elapsed
             if has_flops:

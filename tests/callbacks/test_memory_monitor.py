@@ -330,3 +330,15 @@ def test_two_ranks_host_rss_reduced(two_ranks):
         assert host["memory/host_rss_mem_max"] == own[1]
         assert host["memory/host_rss_mem_avg"] == pytest.approx((own[0] + own[1]) / 2, rel=1e-12)
         assert host["memory/host_peak_rss_mem_max"] >= own[1] * 0.99
+
+
+def test_the_fast_rss_reading_agrees_with_psutil():
+    import psutil
+
+    from obsbus.callbacks.memory_monitor import _rss_bytes
+
+    block = bytearray(64 * 2**20)  # 64 MiB touched, so the RSS moves
+    block[::4096] = b"x" * len(block[::4096])
+    fast, reference = _rss_bytes(), psutil.Process().memory_info().rss
+    assert abs(fast - reference) < 8 * 2**20
+    del block
