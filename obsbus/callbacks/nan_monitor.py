@@ -263,7 +263,9 @@ class NaNMonitor(Callback):
         for batch, t in kept:
             batches, values = by_device.setdefault(t.device, ([], []))
             batches.append(batch)
-            values.append(t.reshape(()) if t.numel() == 1 else t.sum(dtype=torch.float64))
+            if t.dim():
+                t = t.reshape(()) if t.numel() == 1 else t.sum(dtype=torch.float64)
+            values.append(t)
         for device, (batches, values) in by_device.items():
             stacked = torch.stack(values).to(torch.float64)
             self._stacked.setdefault(device, []).append((batches, stacked))
