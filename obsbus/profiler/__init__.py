@@ -5,6 +5,7 @@ from obsbus.profiler.marker import Marker
 from obsbus.profiler.profiler import Profiler
 from obsbus.profiler.profiler_action import ProfilerAction
 from obsbus.profiler.schedule import Schedule, cyclic_schedule, step_window_schedule
+from obsbus.profiler.torch_profiler import TorchProfiler
 from obsbus.profiler.trace_handler import TraceHandler
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "Profiler",
     "ProfilerAction",
     "Schedule",
+    "TorchProfiler",
     "TraceHandler",
     "cyclic_schedule",
     "step_window_schedule",

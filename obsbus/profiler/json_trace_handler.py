@@ -42,7 +42,10 @@ class JSONTraceHandler(TraceHandler):
     ``obsbus_clock`` metadata event, which :func:`obsbus.profiler.merge.merge_traces`
     applies. At ``close``, rank 0 merges every rank's traces found in the
     folder into ``merged_trace_filename`` (on several nodes, point the folder
-    at shared storage, or merge by hand with ``obsbus merge-traces``). Each
+    at shared storage, or merge by hand with ``obsbus merge-traces``). Chrome
+    traces written by others and handed to :meth:`process_chrome_json_trace_file`
+    (``torch.profiler``'s, from :class:`~obsbus.profiler.torch_profiler.TorchProfiler`)
+    are listed in :attr:`chrome_traces` and merged too, on their rank's row. Each
     file is handed to ``logger.upload_file``.
 
     Args:
@@ -92,6 +95,8 @@ class JSONTraceHandler(TraceHandler):
         self.overwrite = overwrite
         self.num_traces_to_keep = num_traces_to_keep
         self.saved_traces: list[Path] = []
+        #: Chrome traces others wrote (``torch.profiler``), merged at close if still there.
+        self.chrome_traces: list[Path] = []
         self.name = "JSONTraceHandler"
         self._writer = BackgroundWriter("JSONTraceHandler")
         self._events: list[dict[str, Any]] = []
@@ -152,6 +157,11 @@ class JSONTraceHandler(TraceHandler):
     ) -> None:
         self._event("C", name, categories, wall_ns, args=dict(values))
 
+    @override
+    def process_chrome_json_trace_file(self, file_path: Path) -> None:
+        with self._lock:  # called from the TorchProfiler's writer thread
+            self.chrome_traces.append(Path(file_path))
+
     # ---------------------------------------------------------------- hooks
     @override
     def init(self, state: State, logger: Logger) -> None:
@@ -195,12 +205,18 @@ class JSONTraceHandler(TraceHandler):
         wall = time.time_ns()
         with self._lock:
             events, self._events = self._events, []
-        for name, count in self._open.items():  # end what is still open, at the save
-            for _ in range(count):
-                events.append(
+        # End what is still open, at the save, innermost first: viewers pair an E with
+        # the latest B on its thread, and a span's open B is the latest B of its name.
+        left, ends = {name: count for name, count in self._open.items() if count}, []
+        for event in reversed(events):
+            name = event["name"]
+            if event["ph"] == "B" and left.get(name, 0) > 0:
+                left[name] -= 1
+                self._carried[name] = self._carried.get(name, 0) + 1
+                ends.append(
                     {"name": name, "ph": "E", "ts": wall / 1000.0, "pid": state.rank, "tid": 0}
                 )
-            self._carried[name] = self._carried.get(name, 0) + count
+        events += ends
         self._open = {}
         path = self._path(state, logger, self.filename)
         self.saved_traces.append(path)
@@ -232,10 +248,13 @@ class JSONTraceHandler(TraceHandler):
 
         assert self.merged_trace_filename is not None
         folder = self._path(state, logger, "x").parent
-        inputs = sorted(p for p in folder.glob("*.json") if p.name != self.merged_trace_filename)
+        target = folder / logger.format_name(self.merged_trace_filename)
+        inputs = sorted(p for p in folder.glob("*.json") if p != target)
+        with self._lock:
+            others = [p for p in self.chrome_traces if p.is_file() and p not in inputs]
+        inputs += others
         if not inputs:
             return
-        target = folder / logger.format_name(self.merged_trace_filename)
         merge_traces(inputs, target, combine_same_rank=True)
         if logger.has_file_uploader():
             logger.upload_file(f"{state.run_name}/traces/{target.name}", target, overwrite=True)

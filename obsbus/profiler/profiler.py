@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from obsbus.callback import Callback
 from obsbus.event import Event
+from obsbus.profiler import _torch_trace
 from obsbus.profiler.marker import Marker
 from obsbus.profiler.profiler_action import ProfilerAction
+from obsbus.profiler.torch_profiler import TorchProfiler
 from obsbus.profiler.trace_handler import TraceHandler
 from obsbus.time import Timestamp
 
@@ -40,11 +42,41 @@ class Profiler:
     shows what every monitor and destination costs. Without a profiler the
     engine takes none of these steps.
 
+    ``torch.profiler`` runs too when ``torch_prof_folder`` is given (Composer's
+    ``torch_prof_*`` arguments, with Composer's defaults): the same schedule
+    drives it, and each window's Chrome trace goes to that folder (relative to
+    the run folder), to every trace handler (the JSON handler merges it) and to
+    ``logger.upload_file``. ``record_memory_history`` (Primus's switch) records
+    the CUDA allocator's history and writes ``memory_snapshot_path`` at
+    ``fit_end``. :class:`~obsbus.profiler.torch_profiler.TorchProfiler` documents
+    them all. Without these arguments ``torch.profiler`` is never imported, and
+    a ``torch_prof_*`` argument without ``torch_prof_folder`` is an error.
+
     Args:
         schedule: ``state -> ProfilerAction``, called before each batch.
         trace_handlers: where the records go.
         record_events: wrap engine events in spans.
         record_callbacks: wrap each callback hook in a span.
+        torch_prof_folder: run ``torch.profiler`` and write its traces here;
+            ``None``: no ``torch.profiler``.
+        torch_prof_filename: TorchProfiler ``filename``.
+        torch_prof_remote_file_name: TorchProfiler ``remote_file_name``.
+        torch_prof_memory_filename: TorchProfiler ``memory_filename``.
+        torch_prof_memory_remote_file_name: TorchProfiler ``memory_remote_file_name``.
+        torch_prof_overwrite: TorchProfiler ``overwrite``.
+        torch_prof_use_gzip: TorchProfiler ``use_gzip``.
+        torch_prof_record_shapes: TorchProfiler ``record_shapes``.
+        torch_prof_profile_memory: TorchProfiler ``profile_memory``.
+        torch_prof_with_stack: TorchProfiler ``with_stack``.
+        torch_prof_with_flops: TorchProfiler ``with_flops``.
+        torch_prof_num_traces_to_keep: TorchProfiler ``num_traces_to_keep``.
+        record_memory_history: record the CUDA allocator's history (CUDA only;
+            elsewhere it warns once).
+        memory_snapshot_path: where its snapshot goes (placeholders allowed).
+
+    Attributes:
+        torch_profiler: the :class:`~obsbus.profiler.torch_profiler.TorchProfiler`
+            these arguments built, or ``None``.
 
     Example:
         >>> from obsbus.profiler.trace_handler import TraceHandler
@@ -71,6 +103,24 @@ class Profiler:
         *,
         record_events: bool = True,
         record_callbacks: bool = True,
+        torch_prof_folder: str | None = None,
+        torch_prof_filename: str = "rank{rank}.{batch}.pt.trace.json",
+        torch_prof_remote_file_name: str | None = (
+            "{run_name}/torch_traces/rank{rank}.{batch}.pt.trace.json"
+        ),
+        torch_prof_memory_filename: str | None = None,
+        torch_prof_memory_remote_file_name: str | None = (
+            "{run_name}/torch_memory_traces/rank{rank}.{batch}.pt.trace.memory.html"
+        ),
+        torch_prof_overwrite: bool = False,
+        torch_prof_use_gzip: bool = False,
+        torch_prof_record_shapes: bool = False,
+        torch_prof_profile_memory: bool = True,
+        torch_prof_with_stack: bool = False,
+        torch_prof_with_flops: bool = True,
+        torch_prof_num_traces_to_keep: int = -1,
+        record_memory_history: bool = False,
+        memory_snapshot_path: str = "memory_snapshots/snapshot-rank{rank}.pickle",
     ) -> None:
         if not callable(schedule):
             raise TypeError(
@@ -89,12 +139,20 @@ class Profiler:
         self.action = ProfilerAction.SKIP
         self.state: State | None = None
         self._markers: dict[str, Marker] = {}
+        # The torch_prof_* arguments and the memory-history pair, by name.
+        settings = {k: v for k, v in locals().items() if k in _torch_trace.PROFILER_ARGS}
+        self.torch_profiler = _build_torch_profiler(settings)
 
     def bind(self, state: State) -> list[Callback]:
-        """Attach to a run's state; return the callbacks to add to the engine."""
+        """Attach to a run's state; return the callbacks to add to the engine.
+
+        The TorchProfiler comes first, so that at ``close`` its last traces reach
+        the trace handlers before they merge.
+        """
         self.state = state
         state.profiler = self
-        return list(self.trace_handlers)
+        first = [] if self.torch_profiler is None else [self.torch_profiler]
+        return [*first, *self.trace_handlers]
 
     def on_event(self, event: Event) -> None:
         """Follow the run: the schedule picks the action of each batch before it starts.
@@ -166,3 +224,13 @@ class Profiler:
         ts = self._timestamp()
         for handler in self.trace_handlers:
             handler.process_counter_event(name, categories, ts, wall_ns, values)
+
+
+def _build_torch_profiler(settings: dict[str, Any]) -> TorchProfiler | None:
+    """The TorchProfiler the ``torch_prof_*`` settings ask for, or ``None``."""
+    if settings["torch_prof_folder"] is None:
+        _torch_trace.check_unused(settings, _torch_trace.defaults(Profiler))
+        if not settings["record_memory_history"]:
+            return None
+    args = _torch_trace.PROFILER_ARGS
+    return TorchProfiler(**{args[key]: value for key, value in settings.items()})
