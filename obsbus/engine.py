@@ -25,6 +25,17 @@ log = logging.getLogger("obsbus")
 # Module constants: looking members up on the Event class costs ~0.3 µs each on 3.11.
 _INIT, _EXCEPTION = Event.INIT, Event.EXCEPTION
 _EPOCH_END, _FIT_END = Event.EPOCH_END, Event.FIT_END
+# What each event records while profiling, built once: names cost ~1 µs each to format.
+_SPANS: dict[Event, tuple[str, str]] = {
+    event: (
+        ("begin", f"event/{event.canonical_name}")
+        if event.is_before_event
+        else ("end", f"event/{event.canonical_name}")
+        if event.is_after_event
+        else ("instant", f"event/{event.value}")
+    )
+    for event in Event
+}
 
 
 def overrides(plugin: Callback, hook: str) -> bool:
@@ -142,12 +153,13 @@ class Engine:
         profiler.on_event(event)
         marker = None
         if profiler.record_events:
-            if event.is_before_event:
-                profiler.marker(f"event/{event.canonical_name}", categories=("event",)).start()
-            elif event.is_after_event:
-                marker = profiler.marker(f"event/{event.canonical_name}", categories=("event",))
+            kind, name = _SPANS[event]
+            if kind == "begin":
+                profiler.marker(name, categories=("event",)).start()
+            elif kind == "end":
+                marker = profiler.marker(name, categories=("event",))
             else:
-                profiler.marker(f"event/{event.value}", categories=("event",)).instant()
+                profiler.marker(name, categories=("event",)).instant()
         try:
             Engine.run_event(self, event)
         finally:

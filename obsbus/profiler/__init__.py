@@ -5,6 +5,7 @@ from obsbus.profiler.marker import Marker
 from obsbus.profiler.profiler import Profiler
 from obsbus.profiler.profiler_action import ProfilerAction
 from obsbus.profiler.schedule import Schedule, cyclic_schedule, step_window_schedule
+from obsbus.profiler.system_profiler import SystemProfiler
 from obsbus.profiler.torch_profiler import TorchProfiler
 from obsbus.profiler.trace_handler import TraceHandler
 
@@ -14,6 +15,7 @@ __all__ = [
     "Profiler",
     "ProfilerAction",
     "Schedule",
+    "SystemProfiler",
     "TorchProfiler",
     "TraceHandler",
     "cyclic_schedule",

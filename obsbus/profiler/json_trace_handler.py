@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -22,6 +23,8 @@ from obsbus.time import Timestamp
 from obsbus.writer import BackgroundWriter
 
 __all__ = ["JSONTraceHandler"]
+
+log = logging.getLogger("obsbus")
 
 
 class JSONTraceHandler(TraceHandler):
@@ -97,6 +100,7 @@ class JSONTraceHandler(TraceHandler):
         self.saved_traces: list[Path] = []
         #: Chrome traces others wrote (``torch.profiler``), merged at close if still there.
         self.chrome_traces: list[Path] = []
+        self._expected: list[Path] = []  # every rank's traces, known at fit_end
         self.name = "JSONTraceHandler"
         self._writer = BackgroundWriter("JSONTraceHandler")
         self._events: list[dict[str, Any]] = []
@@ -186,6 +190,11 @@ class JSONTraceHandler(TraceHandler):
     @override
     def fit_end(self, state: State, logger: Logger) -> None:
         self._writer.flush()
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            # Every rank's traces are on disk once all ranks are past this point, so
+            # rank 0's merge at close can't miss a rank that finished its last window late.
+            names = dist.all_gather_object([str(p) for p in self.saved_traces])
+            self._expected = [Path(n) for rank_names in names for n in rank_names]
 
     @override
     def exception(self, state: State, logger: Logger) -> None:
@@ -250,6 +259,16 @@ class JSONTraceHandler(TraceHandler):
         folder = self._path(state, logger, "x").parent
         target = folder / logger.format_name(self.merged_trace_filename)
         inputs = sorted(p for p in folder.glob("*.json") if p != target)
+        missing = [p for p in self._expected if not p.is_file()]
+        if missing:
+            log.warning(
+                "JSONTraceHandler: %d trace(s) of other ranks are not in %s (is the folder on "
+                "storage every node shares?); the merged trace leaves them out. Merge by hand "
+                "with 'obsbus merge-traces'. First: %s",
+                len(missing),
+                folder,
+                missing[0],
+            )
         with self._lock:
             others = [p for p in self.chrome_traces if p.is_file() and p not in inputs]
         inputs += others
@@ -306,7 +325,7 @@ def _write_json(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f)
+        f.write(json.dumps(doc))  # json.dump's pure-Python path is ~5x slower
     os.replace(tmp, path)
 
 
