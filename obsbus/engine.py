@@ -215,7 +215,10 @@ class Engine:
         """Close every plug-in once, best effort; then ``post_close`` those that closed.
 
         Callbacks close before destinations, so a monitor's last metrics
-        still reach them. A failing ``close`` is logged and skips only that
+        still reach them, and destinations that store files
+        (``can_upload_files()``) close last, so the files the others hand over
+        as they close (a FileLogger's final log) still reach them. A failing
+        ``close`` is logged and skips only that
         plug-in's ``post_close``. Nothing raises out of here unless the
         logger is strict and no exception is already ending the run.
         """
@@ -223,7 +226,10 @@ class Engine:
             return
         self._closed = True
         closed: list[Callback] = []
-        for plugin in [*self.callbacks, *self.logger.destinations]:
+        dests = self.logger.destinations
+        stores = [d for d in dests if d.can_upload_files()]
+        others = [d for d in dests if not d.can_upload_files()]
+        for plugin in [*self.callbacks, *others, *stores]:
             try:
                 plugin.close(self.state, self.logger)
                 closed.append(plugin)

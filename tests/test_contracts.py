@@ -22,7 +22,26 @@ from .helpers import regression_data, tiny_model
 #: Arguments for plug-ins that can't be built with none (name -> kwargs factory).
 CONSTRUCTOR_KWARGS: dict[str, dict] = {
     "ThresholdStopper": {"monitor": "loss", "dataloader_label": "eval", "threshold": 0.0},
+    # Trackers: their offline modes, never the network.
+    "CometMLLogger": {"online": False},
+    "NeptuneLogger": {"mode": "debug"},
+    "WandBLogger": {"mode": "offline"},
 }
+
+
+@pytest.fixture(autouse=True)
+def _trackers_stay_offline_and_in_tmp(tmp_path, monkeypatch):
+    for var, sub in (("WANDB_DIR", "wandb"), ("WANDB_CACHE_DIR", "wandb-cache"),
+                     ("WANDB_CONFIG_DIR", "wandb-config"), ("WANDB_DATA_DIR", "wandb-data"),
+                     ("MPLCONFIGDIR", "mpl"), ("NEPTUNE_DATA_DIRECTORY", "neptune"),
+                     ("COMET_CONFIG", "comet.config")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    monkeypatch.setenv("DO_NOT_TRACK", "1")
+    monkeypatch.setenv("COMET_DISABLE_AUTO_LOGGING", "1")
+    monkeypatch.setenv("COMET_ERROR_TRACKING_ENABLE", "false")
 
 
 def exported_plugins():

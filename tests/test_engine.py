@@ -221,3 +221,29 @@ def test_a_destination_that_cannot_set_up_fails_at_init():
 
     with pytest.raises(FileExistsError, match="already exists"):
         make_engine([], [NoClobber()]).run_event(Event.INIT)
+
+
+def test_destinations_that_store_files_close_last():
+    from obsbus import LoggerDestination, Run
+
+    order = []
+
+    class Store(LoggerDestination):
+        def can_upload_files(self):
+            return True
+
+        def upload_file(self, state, remote_file_name, file_path, *, overwrite=False):
+            order.append(f"stored {remote_file_name}")
+
+        def close(self, state, logger):
+            order.append("store closed")
+
+    class Writer(LoggerDestination):
+        def close(self, state, logger):
+            logger.upload_file("final.txt", "final.txt")
+            order.append("writer closed")
+
+    with Run(max_duration="1ba", loggers=[Store(), Writer()]) as run:
+        for _ in run.train([[0]]):
+            pass
+    assert order == ["stored final.txt", "writer closed", "store closed"]

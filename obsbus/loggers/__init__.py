@@ -1,9 +1,28 @@
-"""Logger destinations: where metrics, hyperparameters and files go."""
+"""Logger destinations: where metrics, hyperparameters and files go.
 
+The tracker destinations (TensorBoard, W&B, Comet, Neptune, MLflow) import
+their client only when constructed; each needs its extra, e.g.
+``pip install 'obsbus[wandb]'``.
+"""
+
+from obsbus.loggers.comet_ml_logger import CometMLLogger
 from obsbus.loggers.console_logger import ConsoleLogger
 from obsbus.loggers.file_logger import FileLogger
 from obsbus.loggers.in_memory_logger import InMemoryLogger
 from obsbus.loggers.loguru_logger import LoguruLogger
+from obsbus.loggers.neptune_logger import NeptuneLogger
 from obsbus.loggers.progress_bar_logger import ProgressBarLogger
+from obsbus.loggers.tensorboard_logger import TensorboardLogger
+from obsbus.loggers.wandb_logger import WandBLogger
 
-__all__ = ["ConsoleLogger", "FileLogger", "InMemoryLogger", "LoguruLogger", "ProgressBarLogger"]
+__all__ = [
+    "CometMLLogger",
+    "ConsoleLogger",
+    "FileLogger",
+    "InMemoryLogger",
+    "LoguruLogger",
+    "NeptuneLogger",
+    "ProgressBarLogger",
+    "TensorboardLogger",
+    "WandBLogger",
+]

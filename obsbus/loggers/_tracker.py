@@ -239,8 +239,17 @@ class TrackerDestination(LoggerDestination):
     def upload_file(
         self, state: State, remote_file_name: str, file_path: Path, *, overwrite: bool = False
     ) -> None:
-        if self._active and self.can_upload_files():
-            self._submit(self._client_upload_file, remote_file_name, Path(file_path))
+        if not (self._active and self.can_upload_files()):
+            return
+        if not self._started:  # closed: a new writer would run it with no client
+            log.warning(
+                "obsbus: %s is closed; %r (%s) was not uploaded to it.",
+                self.name,
+                remote_file_name,
+                file_path,
+            )
+            return
+        self._submit(self._client_upload_file, remote_file_name, Path(file_path))
 
     def _hand_over(self) -> None:
         """Everything held goes to the writer: one host transfer for all values due."""

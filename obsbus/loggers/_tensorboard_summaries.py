@@ -1,0 +1,199 @@
+"""TensorBoard records built without TensorFlow: scalars, text, HParams sessions, images.
+
+:class:`~obsbus.loggers.tensorboard_logger.TensorboardLogger` writes events
+with TensorBoard's own ``EventFileWriter``; this module makes the
+``Summary`` protos it writes. ``tensorboard`` (and Pillow, one of its
+dependencies, for PNG encoding) is imported inside the functions, so
+importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from obsbus.values import is_tensor
+
+__all__ = [
+    "as_number",
+    "hparams_end",
+    "hparams_start",
+    "image_arrays",
+    "image_summary",
+    "markdown_table",
+    "perplexity",
+    "scalar_summary",
+    "text_summary",
+]
+
+
+def _proto(module: str) -> Any:
+    return importlib.import_module(module)
+
+
+def as_number(value: Any) -> float | None:
+    """``value`` as a float if it is a real number (bools count), else ``None``."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+def scalar_summary(values: Mapping[str, float]) -> Any:
+    """One ``Summary`` holding every scalar of a step (stored as float32 ``simple_value``)."""
+    pb = _proto("tensorboard.compat.proto.summary_pb2")
+    return pb.Summary(value=[pb.Summary.Value(tag=k, simple_value=v) for k, v in values.items()])
+
+
+def text_summary(tag: str, text: str) -> Any:
+    """A text-plugin ``Summary`` (Markdown), under exactly ``tag``."""
+    pb = _proto("tensorboard.compat.proto.summary_pb2")
+    tensor_pb = _proto("tensorboard.compat.proto.tensor_pb2")
+    shape_pb = _proto("tensorboard.compat.proto.tensor_shape_pb2")
+    text_pb = _proto("tensorboard.plugins.text.plugin_data_pb2")
+    metadata = pb.SummaryMetadata(
+        plugin_data=pb.SummaryMetadata.PluginData(
+            plugin_name="text", content=text_pb.TextPluginData(version=0).SerializeToString()
+        )
+    )
+    tensor = tensor_pb.TensorProto(
+        dtype="DT_STRING",
+        string_val=[text.encode("utf-8")],
+        tensor_shape=shape_pb.TensorShapeProto(dim=[]),
+    )
+    return pb.Summary(value=[pb.Summary.Value(tag=tag, metadata=metadata, tensor=tensor)])
+
+
+def _hparams_summary(tag: str, **data: Any) -> Any:
+    pb = _proto("tensorboard.compat.proto.summary_pb2")
+    meta = _proto("tensorboard.plugins.hparams.metadata")
+    plugin_pb = _proto("tensorboard.plugins.hparams.plugin_data_pb2")
+    content = plugin_pb.HParamsPluginData(version=meta.PLUGIN_DATA_VERSION, **data)
+    metadata = pb.SummaryMetadata(
+        plugin_data=pb.SummaryMetadata.PluginData(
+            plugin_name=meta.PLUGIN_NAME, content=content.SerializeToString()
+        )
+    )
+    return pb.Summary(value=[pb.Summary.Value(tag=tag, metadata=metadata)])
+
+
+def hparams_start(params: Mapping[str, Any], start_time: float) -> Any:
+    """The HParams plugin's session-start record: one value per parameter.
+
+    Booleans, numbers and strings keep their type; anything else (lists,
+    ``None``, tensors) is stored as its JSON (or ``str``) text, since the
+    plugin takes no other kinds.
+    """
+    meta = _proto("tensorboard.plugins.hparams.metadata")
+    plugin_pb = _proto("tensorboard.plugins.hparams.plugin_data_pb2")
+    info = plugin_pb.SessionStartInfo(start_time_secs=start_time)
+    for name, value in params.items():
+        slot = info.hparams[name]
+        if isinstance(value, bool):
+            slot.bool_value = value
+        elif isinstance(value, (int, float)):
+            slot.number_value = float(value)
+        elif isinstance(value, str):
+            slot.string_value = value
+        else:
+            try:
+                slot.string_value = json.dumps(value)
+            except (TypeError, ValueError):
+                slot.string_value = str(value)
+    return _hparams_summary(meta.SESSION_START_INFO_TAG, session_start_info=info)
+
+
+def hparams_end(failed: bool, end_time: float) -> Any:
+    """The HParams plugin's session-end record: success, or failure when the run raised."""
+    meta = _proto("tensorboard.plugins.hparams.metadata")
+    api_pb = _proto("tensorboard.plugins.hparams.api_pb2")
+    plugin_pb = _proto("tensorboard.plugins.hparams.plugin_data_pb2")
+    status = api_pb.STATUS_FAILURE if failed else api_pb.STATUS_SUCCESS
+    info = plugin_pb.SessionEndInfo(status=status, end_time_secs=end_time)
+    return _hparams_summary(meta.SESSION_END_INFO_TAG, session_end_info=info)
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table (the text plugin renders it), ``|`` in cells escaped."""
+
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(c) for c in columns) + " |"]
+    lines.append("|" + "---|" * len(columns))
+    lines.extend("| " + " | ".join(cell(v) for v in row) + " |" for row in rows)
+    return "\n".join(lines)
+
+
+def _to_array(image: Any) -> Any:
+    np = importlib.import_module("numpy")
+    if is_tensor(image):
+        tensor = image.detach().cpu()
+        if tensor.is_floating_point():
+            tensor = tensor.float()
+        return tensor.numpy()
+    return np.asarray(image)
+
+
+def image_arrays(images: Any, channels_last: bool = False) -> list[Any]:
+    """Every image in ``images`` as an ``HxWxC`` uint8 array (C = 1, 3 or 4).
+
+    ``images`` is one image (``HW``, ``CHW`` or, with ``channels_last``,
+    ``HWC``), a batch of them (``NCHW`` / ``NHWC``), or a sequence of
+    images (tensors or arrays); nested lists are read as one array. Floating values are taken to be
+    in ``[0, 1]``; integers in ``[0, 255]``.
+
+    Raises:
+        ValueError: an array that is not an image, with its shape.
+    """
+    np = importlib.import_module("numpy")
+    if isinstance(images, (list, tuple)) and images and hasattr(images[0], "shape"):
+        return [a for image in images for a in image_arrays(image, channels_last)]
+    array = _to_array(images)
+    if array.ndim == 4:
+        return [a for image in array for a in image_arrays(image, channels_last)]
+    if array.ndim == 2:
+        array = array[:, :, None]
+    elif array.ndim == 3 and not channels_last:
+        array = np.transpose(array, (1, 2, 0))
+    if array.ndim != 3 or array.shape[2] not in (1, 3, 4):
+        raise ValueError(
+            f"Can't read an image of shape {tuple(_to_array(images).shape)}: use HW, CHW, "
+            "NCHW, or HWC / NHWC with channels_last=True, with 1, 3 or 4 channels."
+        )
+    if array.dtype == np.bool_:
+        array = array.astype(np.uint8) * 255
+    elif array.dtype != np.uint8:
+        scale = 255.0 if np.issubdtype(array.dtype, np.floating) else 1.0
+        array = np.clip(np.nan_to_num(array.astype(np.float64) * scale), 0, 255)
+        array = np.round(array).astype(np.uint8)
+    return [array]
+
+
+def image_summary(tag: str, array: Any) -> Any:
+    """One PNG-encoded image (``HxWxC`` uint8) as a ``Summary``."""
+    import io
+
+    pil = importlib.import_module("PIL.Image")
+    pb = _proto("tensorboard.compat.proto.summary_pb2")
+    channels = array.shape[2]
+    pixels = array[:, :, 0] if channels == 1 else array
+    buffer = io.BytesIO()
+    pil.fromarray(pixels).save(buffer, format="PNG")  # L, RGB or RGBA from the shape
+    image = pb.Summary.Image(
+        height=array.shape[0],
+        width=array.shape[1],
+        colorspace=channels,
+        encoded_image_string=buffer.getvalue(),
+    )
+    return pb.Summary(value=[pb.Summary.Value(tag=tag, image=image)])
+
+
+def perplexity(loss: float) -> float:
+    """``exp(loss)``; ``inf`` where that overflows."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf

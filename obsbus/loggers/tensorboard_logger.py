@@ -1,0 +1,407 @@
+"""TensorBoard event files, written in the background (``pip install 'obsbus[tensorboard]'``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from typing_extensions import override
+
+from obsbus.errors import MissingExtraError
+from obsbus.logger import Logger
+from obsbus.loggers._tensorboard_files import EventFiles
+from obsbus.loggers._tensorboard_summaries import (
+    as_number,
+    hparams_end,
+    hparams_start,
+    image_arrays,
+    image_summary,
+    markdown_table,
+    perplexity,
+    scalar_summary,
+    text_summary,
+)
+from obsbus.loggers._tracker import RunInfo, TrackerDestination
+from obsbus.naming import check_placeholders
+from obsbus.state import State
+from obsbus.time import TimeLike
+
+__all__ = ["TensorboardLogger"]
+
+log = logging.getLogger("obsbus")
+
+# Primus's log_*_to_tensorboard switches that choose which logged keys are written.
+_FILTERS = (
+    ("log_learning_rate", ("lr-",)),
+    ("log_loss_scale", ("loss_scale",)),
+    ("log_timers", ("time/", "throughput/step_time_")),
+    ("log_memory", ("memory/",)),
+)
+
+
+def _check_positive_int(cls: str, name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{cls} {name} must be an int, got {value!r}.")
+    if value < 1:
+        raise ValueError(f"{cls} {name} must be >= 1, got {value!r}.")
+    return value
+
+
+class TensorboardLogger(TrackerDestination):
+    """Writes metrics, hyperparameters, images and text to TensorBoard event files.
+
+    Files go to the run folder's ``tensorboard/`` (``log_dir`` overrides it;
+    placeholders such as ``{run_name}`` are filled, a relative path is taken
+    from the run folder). With ``rank_zero_only=False`` every rank writes its
+    own run, ``{log_dir}/rank{rank}``. Open them with
+    ``tensorboard --logdir <run folder>/tensorboard``.
+
+    What is written, as TensorBoard's own records (neither TensorFlow nor
+    ``torch.utils.tensorboard`` is needed), from a background thread
+    (metrics stay tensors until each ``log_interval``, then move to the host
+    in one transfer):
+
+    - **Scalars**: every numeric metric under its obsbus key, at its obsbus
+      step, as float32 (TensorBoard's ``simple_value``); non-numeric values
+      are skipped, once reported per key. Which keys depends on Primus's
+      switches (their Primus name; the default is Primus's):
+
+      * ``log_learning_rate`` (``log_learning_rate_to_tensorboard``, on):
+        ``lr-*``, the keys of :class:`~obsbus.callbacks.LRMonitor`.
+      * ``log_loss_scale`` (``log_loss_scale_to_tensorboard``, on):
+        ``loss_scale*``, what a loop logs for its AMP scale, e.g.
+        ``run.log_metrics({"loss_scale": scaler.get_scale()})``.
+      * ``log_timers`` (``log_timers_to_tensorboard``, off): ``time/*``
+        (SpeedMonitor, RuntimeEstimator) and ``throughput/step_time_*``.
+      * ``log_memory`` (``log_memory_to_tensorboard``, off): ``memory/*``
+        (MemoryMonitor, RocmSmiMonitor).
+      * ``log_batch_size`` (``log_batch_size_to_tensorboard``, off): adds
+        ``batch_size/samples`` (and ``batch_size/tokens`` when tokens are
+        counted), this rank's batch as the state knows it.
+      * ``log_world_size`` (``log_world_size_to_tensorboard``, off): adds
+        ``world_size``.
+      * ``log_validation_ppl`` (``log_validation_ppl_to_tensorboard``, off):
+        adds ``metrics/{label}/perplexity``, ``exp`` of each
+        ``metrics/{label}/loss`` (``inf`` where that overflows).
+
+      Every other key (``loss/train/total``, ``metrics/*``, ``throughput/*``,
+      ``l2_norm/*``, ``system/*``, ...) is always written. The added keys are
+      written at each ``log_interval``.
+    - **Hyperparameters** through the HParams plugin: one session per run
+      holding everything logged with ``log_hyperparameters`` (nested names
+      joined with ``/``), the environment as ``env__NAME`` (secrets dropped)
+      and ``git.commit``/``git.branch``/``git.dirty``, written with the first
+      metrics; its end record says success or failure (the run raised).
+      Parameters logged after the first metrics go to the text plugin as a
+      table under ``hyperparameters``, since TensorBoard reads one session
+      record per run.
+    - **Images** from ``log_images`` (``HW``, ``CHW``, ``NCHW``, or ``HWC`` /
+      ``NHWC`` with ``channels_last=True``; floats in [0, 1]): one PNG per
+      image under ``name`` (``name/{i}`` for several).
+    - **Text**: ``log_traces`` as ``traces/{key}``; ``log_table`` as a
+      Markdown table under its ``name``.
+
+    Every ``flush_interval`` batches, and at ``fit_end``, ``exception`` and
+    ``close``, the events are flushed to disk (also every ``queue_size``
+    events and every two minutes). When a destination stores files
+    (``logger.upload_file``), the event file is then closed and handed over
+    as ``{run_name}/tensorboard/[rank{rank}/]<file name>``, and later events
+    go to a new file: a file is handed over only once it is complete and
+    will never change, so an uploader that reads it later can't catch it
+    half-written, and nothing is copied. File names sort in writing order,
+    as TensorBoard reads them. Without such a destination the run keeps one
+    event file. The last file is handed over at ``close``, and destinations
+    close in the order given, so list the one that stores files after this.
+
+    Args:
+        log_dir: where event files go (default: the run folder's ``tensorboard/``).
+        log_interval: how often held metrics are written (Primus's
+            ``tensorboard_log_interval``; ``"1ba"``, ``"1ep"``, a bare int is batches).
+        flush_interval: batches between flushes to disk (and uploads).
+        rank_zero_only: only rank 0 writes; otherwise every rank, each to ``rank{rank}/``.
+        queue_size: events written between flushes to disk at most (Primus's
+            ``tensorboard_queue_size``, the SummaryWriter's ``max_queue``).
+        log_learning_rate, log_loss_scale, log_timers, log_batch_size, log_memory,
+            log_world_size, log_validation_ppl: Primus's ``log_*_to_tensorboard``
+            switches; see the list above.
+        log_env: record the environment (secrets dropped) as hyperparameters.
+        log_git: record the git commit, branch and dirtiness as hyperparameters.
+        close_timeout: seconds ``close`` waits for the writes before giving up.
+
+    Example:
+        >>> import tempfile
+        >>> from obsbus import Run
+        >>> from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        >>> folder = tempfile.mkdtemp()
+        >>> with Run(max_duration="2ba", run_folder=folder,
+        ...          loggers=[TensorboardLogger(log_env=False)]) as run:
+        ...     for batch in run.train([[1], [2]]):
+        ...         run.state.loss = 0.25
+        >>> events = EventAccumulator(f"{folder}/tensorboard")
+        >>> _ = events.Reload()
+        >>> [(e.step, e.value) for e in events.Scalars("loss/train/total")]
+        [(1, 0.25), (2, 0.25)]
+    """
+
+    extra = "tensorboard"
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str] | None = None,
+        *,
+        log_interval: TimeLike = "1ba",
+        flush_interval: int = 100,
+        rank_zero_only: bool = True,
+        queue_size: int = 1000,
+        log_learning_rate: bool = True,
+        log_loss_scale: bool = True,
+        log_timers: bool = False,
+        log_batch_size: bool = False,
+        log_memory: bool = False,
+        log_world_size: bool = False,
+        log_validation_ppl: bool = False,
+        log_env: bool = True,
+        log_git: bool = True,
+        close_timeout: float = 30.0,
+    ) -> None:
+        cls = type(self).__name__
+        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+            raise TypeError(f"{cls} log_dir must be a path or None, got {log_dir!r}.")
+        self.log_dir = (
+            None if log_dir is None else check_placeholders(os.fspath(log_dir), f"{cls} log_dir")
+        )
+        self.flush_interval = _check_positive_int(cls, "flush_interval", flush_interval)
+        self.queue_size = _check_positive_int(cls, "queue_size", queue_size)
+        switches = {
+            "rank_zero_only": rank_zero_only,
+            "log_learning_rate": log_learning_rate,
+            "log_loss_scale": log_loss_scale,
+            "log_timers": log_timers,
+            "log_batch_size": log_batch_size,
+            "log_memory": log_memory,
+            "log_world_size": log_world_size,
+            "log_validation_ppl": log_validation_ppl,
+            "log_env": log_env,
+            "log_git": log_git,
+        }
+        for name, value in switches.items():
+            if not isinstance(value, bool):
+                raise TypeError(f"{cls} {name} must be True or False, got {value!r}.")
+        if importlib.util.find_spec("tensorboard") is None:
+            raise MissingExtraError(self.extra, cls)
+        super().__init__(
+            log_interval=log_interval,
+            rank_zero_only=rank_zero_only,
+            log_env=log_env,
+            log_git=log_git,
+            close_timeout=close_timeout,
+        )
+        self.log_learning_rate = log_learning_rate
+        self.log_loss_scale = log_loss_scale
+        self.log_timers = log_timers
+        self.log_batch_size = log_batch_size
+        self.log_memory = log_memory
+        self.log_world_size = log_world_size
+        self.log_validation_ppl = log_validation_ppl
+        self._dropped_prefixes = tuple(
+            prefix for switch, prefixes in _FILTERS if not switches[switch] for prefix in prefixes
+        )
+        self._derives = log_batch_size or log_world_size
+        self._logger: Logger | None = None
+        self._root: Path | None = None
+        self._reset_client()
+
+    def _reset_client(self) -> None:
+        self._files: EventFiles | None = None
+        self._dir: Path | None = None
+        self._params: dict[str, Any] = {}
+        self._session_started = False
+        self._first_write_done = False
+        self._last_step = 0
+        self._start_time = 0.0
+        self._wanted: dict[str, bool] = {}
+        self._not_numbers: set[str] = set()
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The folder this rank's event files go to (known after ``init``)."""
+        return self._dir
+
+    # ----------------------------------------------------- training thread
+    @override
+    def init(self, state: State, logger: Logger) -> None:
+        self._logger = logger
+        if self.log_dir is None:
+            self._root = state.run_folder.tensorboard_dir
+        else:
+            self._root = state.run_folder.resolve(logger.format_name(self.log_dir))
+        super().init(state, logger)
+
+    def _derived(self, state: State) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        if self.log_batch_size:
+            values["batch_size/samples"] = state.batch_num_samples
+            if state.batch_num_tokens:
+                values["batch_size/tokens"] = state.batch_num_tokens
+        if self.log_world_size:
+            values["world_size"] = state.world_size
+        return values
+
+    @override
+    def batch_end(self, state: State, logger: Logger) -> None:
+        if self._derives and self._active and self.log_interval.at_batch_end(state):
+            self._held.append((state.timestamp._batch, self._derived(state)))
+        super().batch_end(state, logger)
+        if self._started and state.timestamp._batch % self.flush_interval == 0:
+            self._submit(self._sync, True)
+
+    @override
+    def epoch_end(self, state: State, logger: Logger) -> None:
+        epochs = self.log_interval.epochs
+        if self._derives and self._active and epochs and self.log_interval.at_epoch_end(state):
+            self._held.append((state.timestamp._batch, self._derived(state)))
+        super().epoch_end(state, logger)
+
+    @override
+    def fit_end(self, state: State, logger: Logger) -> None:
+        if self._started:
+            self._hand_over()
+            self._submit(self._sync, True)
+        super().fit_end(state, logger)
+
+    @override
+    def exception(self, state: State, logger: Logger) -> None:
+        if self._started:
+            self._hand_over()
+            self._submit(self._sync, True)
+        super().exception(state, logger)
+
+    def _current_step(self) -> int:
+        return self._state.timestamp._batch if self._state is not None else 0
+
+    @override
+    def log_images(
+        self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
+    ) -> None:
+        if self._active:
+            step = self._current_step() if step is None else step
+            channels_last = bool(kwargs.get("channels_last", False))
+            self._submit(self._write_images, images, name, step, channels_last)
+
+    @override
+    def log_traces(self, traces: Mapping[str, Any]) -> None:
+        if self._active:
+            texts = {f"traces/{k}": v for k, v in traces.items()}
+            self._submit(self._write_texts, texts, self._current_step())
+
+    @override
+    def log_table(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        name: str = "Table",
+        step: int | None = None,
+    ) -> None:
+        if self._active:
+            step = self._current_step() if step is None else step
+            self._submit(self._write_table, list(columns), [list(r) for r in rows], name, step)
+
+    # ------------------------------------------------------- writer thread
+    @override
+    def _client_start(self, info: RunInfo) -> None:
+        if self._root is None:
+            raise RuntimeError("TensorboardLogger started before init.")
+        self._reset_client()
+        per_rank = "" if self.rank_zero_only else f"rank{info.rank}"
+        self._dir = self._root / per_rank if per_rank else self._root
+        remote = f"{info.run_name}/tensorboard/" + (per_rank + "/" if per_rank else "")
+        self._files = EventFiles(self._dir, self.queue_size, self._logger, remote)
+        self._start_time = time.time()
+
+    def _write(self, summary: Any, step: int) -> None:
+        assert self._files is not None
+        self._files.write(summary, step)
+
+    def _start_session(self) -> None:
+        """The HParams session record, once, with the parameters known at the first write."""
+        self._first_write_done = True
+        if self._params and not self._session_started:
+            self._session_started = True
+            self._write(hparams_start(self._params, self._start_time), self._last_step)
+
+    def _is_wanted(self, key: str) -> bool:
+        wanted = self._wanted.get(key)
+        if wanted is None:
+            wanted = self._wanted[key] = not key.startswith(self._dropped_prefixes)
+        return wanted
+
+    @override
+    def _client_log_metrics(self, values: dict[str, Any], step: int) -> None:
+        self._last_step = step
+        scalars: dict[str, float] = {}
+        for key, value in values.items():
+            if not self._is_wanted(key):
+                continue
+            number = as_number(value)
+            if number is None:
+                if key not in self._not_numbers:
+                    self._not_numbers.add(key)
+                    log.warning(
+                        "obsbus: TensorboardLogger writes numbers only; %r is a %s and is "
+                        "skipped (reported once per key).",
+                        key,
+                        type(value).__name__,
+                    )
+                continue
+            scalars[key] = number
+            if self.log_validation_ppl and key.startswith("metrics/") and key.endswith("/loss"):
+                scalars[key[: -len("loss")] + "perplexity"] = perplexity(number)
+        if not self._first_write_done:
+            self._start_session()
+        if scalars:
+            self._write(scalar_summary(scalars), step)
+
+    @override
+    def _client_log_params(self, params: dict[str, Any]) -> None:
+        if not self._first_write_done:
+            self._params.update(params)
+            return
+        rows = [[name, value] for name, value in params.items()]
+        self._write(
+            text_summary("hyperparameters", markdown_table(["name", "value"], rows)),
+            self._last_step,
+        )
+
+    @override
+    def _client_set_tags(self, tags: dict[str, str]) -> None:
+        self._client_log_params(dict(tags))
+
+    def _write_texts(self, texts: dict[str, Any], step: int) -> None:
+        for tag, text in texts.items():
+            self._write(text_summary(tag, str(text)), step)
+
+    def _write_table(self, columns: list[str], rows: list[list[Any]], name: str, step: int) -> None:
+        self._write(text_summary(name, markdown_table(columns, rows)), step)
+
+    def _write_images(self, images: Any, name: str, step: int, channels_last: bool) -> None:
+        arrays = image_arrays(images, channels_last)
+        for i, array in enumerate(arrays):
+            self._write(image_summary(name if len(arrays) == 1 else f"{name}/{i}", array), step)
+
+    def _sync(self, hand_over: bool) -> None:
+        if self._files is not None:
+            self._files.flush(hand_over)
+
+    @override
+    def _client_finish(self, failed: bool) -> None:
+        if not self._first_write_done:
+            self._start_session()
+        if self._session_started:
+            self._write(hparams_end(failed, time.time()), self._last_step)
+        if self._files is not None:
+            self._files.close()

@@ -1,0 +1,367 @@
+"""TensorboardLogger, read back with TensorBoard's own EventAccumulator."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from obsbus import Callback, LoggerDestination, Run, Trainer
+from obsbus.callbacks import LRMonitor, MemoryMonitor, SpeedMonitor
+from obsbus.errors import MissingExtraError
+from obsbus.loggers import InMemoryLogger
+from obsbus.loggers.tensorboard_logger import TensorboardLogger
+
+from ..helpers import regression_data, tiny_model
+
+event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+plugin_data_pb2 = pytest.importorskip("tensorboard.plugins.hparams.plugin_data_pb2")
+api_pb2 = pytest.importorskip("tensorboard.plugins.hparams.api_pb2")
+tensor_util = pytest.importorskip("tensorboard.util.tensor_util")
+
+
+def read(path):
+    acc = event_accumulator.EventAccumulator(
+        str(path), size_guidance={"scalars": 0, "images": 0, "tensors": 0}
+    )
+    acc.Reload()
+    return acc
+
+
+def scalars(acc):
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def session(acc, which="session_start_info"):
+    content = acc.PluginTagToContent("hparams")[f"_hparams_/{which}"]
+    return getattr(plugin_data_pb2.HParamsPluginData.FromString(content), which)
+
+
+def hparam(value):
+    kind = value.WhichOneof("kind")
+    return getattr(value, kind)
+
+
+def texts(acc, tag):
+    return [
+        (e.step, tensor_util.make_ndarray(e.tensor_proto).item().decode()) for e in acc.Tensors(tag)
+    ]
+
+
+def fit(tmp_path, loggers, callbacks=(), duration="2ep", **kwargs):
+    return Trainer(
+        tiny_model(),
+        regression_data(4),
+        duration,
+        loss_fn=F.mse_loss,
+        loggers=loggers,
+        callbacks=list(callbacks),
+        device="cpu",
+        run_folder=tmp_path / "run",
+        run_name="r",
+        **kwargs,
+    )
+
+
+def expected(memory, keep):
+    """The in-memory series, as (step, float32) pairs, of the keys ``keep`` accepts."""
+    out = {}
+    for key in memory.data:
+        if keep(key):
+            series = memory.get_timeseries(key)
+            out[key] = [
+                (s, float(np.float32(v))) for s, v in zip(series["step"], series[key], strict=True)
+            ]
+    return out
+
+
+def test_every_scalar_reaches_the_event_file_as_float32_at_its_step(tmp_path):
+    tb, memory = TensorboardLogger(), InMemoryLogger()
+    callbacks = [LRMonitor(), SpeedMonitor(window_size=2), MemoryMonitor()]
+    with fit(
+        tmp_path,
+        [tb, memory],
+        callbacks,
+        eval_dataloader=regression_data(2, seed=1),
+        hparams={"optim": {"lr": 0.001, "betas": [0.9, 0.99]}, "seed": 7},
+    ) as trainer:
+        trainer.fit()
+    acc = read(tmp_path / "run" / "tensorboard")
+    written = scalars(acc)
+    # Primus's defaults: learning rate on, timers and memory off.
+    want = expected(
+        memory, lambda k: not k.startswith(("time/", "memory/", "throughput/step_time_"))
+    )
+    assert written == want
+    assert {
+        "loss/train/total",
+        "metrics/eval/loss",
+        "lr-AdamW/group0",
+        "throughput/batches_per_sec",
+    } <= set(written)
+    assert [s for s, _ in written["loss/train/total"]] == list(range(1, 9))
+    assert [s for s, _ in written["metrics/eval/loss"]] == [4, 8]
+    assert any(k.startswith("time/") for k in memory.data)
+    assert any(k.startswith("memory/") for k in memory.data)
+    # Hyperparameters (flattened), the environment and the end status in the HParams plugin.
+    start = {k: hparam(v) for k, v in session(acc).hparams.items()}
+    assert start["optim/lr"] == 0.001 and start["seed"] == 7.0
+    assert start["optim/betas"] == "[0.9, 0.99]" and start["device"] == "cpu"
+    assert any(k.startswith("env__") for k in start)
+    assert session(acc, "session_end_info").status == api_pb2.STATUS_SUCCESS
+    (only,) = (tmp_path / "run" / "tensorboard").iterdir()  # no uploader: one file
+    assert only.name.startswith("events.out.tfevents.")
+
+
+def test_primus_switches_choose_the_keys(tmp_path):
+    tb = TensorboardLogger(
+        log_learning_rate=False,
+        log_timers=True,
+        log_memory=True,
+        log_batch_size=True,
+        log_world_size=True,
+        log_validation_ppl=True,
+        log_interval="2ba",
+    )
+    memory = InMemoryLogger()
+
+    class LossScale(Callback):
+        def batch_end(self, state, logger):
+            logger.log_metrics({"loss_scale": 65536.0})
+
+    callbacks = [LRMonitor(), SpeedMonitor(window_size=2), MemoryMonitor(), LossScale()]
+    with fit(
+        tmp_path,
+        [tb, memory],
+        callbacks,
+        eval_dataloader=regression_data(2, seed=1),
+        hparams={"x": 1},
+    ) as trainer:
+        trainer.fit()
+    written = scalars(read(tmp_path / "run" / "tensorboard"))
+    derived = {"batch_size/samples", "world_size", "metrics/eval/perplexity"}
+    want = expected(memory, lambda k: not k.startswith("lr-"))
+    assert {k: v for k, v in written.items() if k not in derived} == want
+    assert any(k.startswith("time/") for k in written) and "loss_scale" in written
+    assert any(k.startswith("memory/") for k in written)
+    assert not any(k.startswith("lr-") for k in written)
+    assert written["batch_size/samples"] == [(s, 8.0) for s in (2, 4, 6, 8)]
+    assert written["world_size"] == [(s, 1.0) for s in (2, 4, 6, 8)]
+    losses = memory.get_timeseries("metrics/eval/loss")
+    assert written["metrics/eval/perplexity"] == [
+        (s, float(np.float32(math.exp(v))))
+        for s, v in zip(losses["step"], losses["metrics/eval/loss"], strict=True)
+    ]
+
+
+def test_a_run_that_raises_ends_its_session_as_failed_with_every_metric_before_it(tmp_path):
+    class Crash(Callback):
+        def batch_end(self, state, logger):
+            if state.timestamp.batch >= "3ba":
+                raise RuntimeError("crash at batch 3")
+
+    tb, memory = TensorboardLogger(log_env=False), InMemoryLogger()
+    trainer = fit(tmp_path, [tb, memory], [Crash()], hparams={"seed": 1})
+    with pytest.raises(RuntimeError, match="crash at batch 3"):
+        trainer.fit()
+    # The exception event alone flushed everything to disk.
+    assert (
+        scalars(read(tmp_path / "run" / "tensorboard"))["loss/train/total"]
+        == expected(memory, lambda k: k == "loss/train/total")["loss/train/total"]
+    )
+    trainer.close()
+    assert (
+        session(read(tmp_path / "run" / "tensorboard"), "session_end_info").status
+        == api_pb2.STATUS_FAILURE
+    )
+
+
+class Uploads(LoggerDestination):
+    """Stores a copy of every file handed over, and its hash at that moment."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.files: dict[str, tuple[Path, str]] = {}
+
+    def can_upload_files(self):
+        return True
+
+    def upload_file(self, state, remote_file_name, file_path, *, overwrite=False):
+        target = self.folder / remote_file_name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file_path, target)
+        self.files[remote_file_name] = (
+            Path(file_path),
+            hashlib.sha256(target.read_bytes()).hexdigest(),
+        )
+
+
+def test_event_files_are_handed_over_complete_at_flushes_and_never_change(tmp_path):
+    uploads = Uploads(tmp_path / "store")
+    tb, memory = TensorboardLogger(flush_interval=2, log_env=False), InMemoryLogger()
+    seen_at_flush = []
+    with Run(
+        max_duration="5ba", run_folder=tmp_path / "run", run_name="r", loggers=[tb, memory, uploads]
+    ) as run:
+        for i, _ in enumerate(run.train([[0]] * 5)):
+            run.state.loss = torch.tensor(i + 0.25)
+            if i in (2, 4):
+                tb._writer.flush()
+                seen_at_flush.append(len(uploads.files))
+    assert seen_at_flush == [1, 2]  # handed over at the flushes of batches 2 and 4
+    local = sorted((tmp_path / "run" / "tensorboard").iterdir())  # names sort in writing order
+    assert len(local) == 3 and list(uploads.files) == [f"r/tensorboard/{p.name}" for p in local]
+    for path, digest in uploads.files.values():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == digest  # unchanged since
+    # Each uploaded copy reads on its own; together they hold every value, in order.
+    store = tmp_path / "store" / "r" / "tensorboard"
+    parts = [scalars(read(p)).get("loss/train/total", []) for p in sorted(store.iterdir())]
+    assert (
+        all(parts[:2])
+        and [v for part in parts for v in part]
+        == expected(memory, lambda k: k == "loss/train/total")["loss/train/total"]
+    )
+    assert scalars(read(store)) == scalars(read(tmp_path / "run" / "tensorboard"))
+
+
+def test_every_rank_writes_its_own_run_when_asked(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    every, zero = TensorboardLogger(rank_zero_only=False), TensorboardLogger(log_dir="zero")
+    with Run(max_duration="2ba", run_folder=tmp_path / "run", loggers=[every, zero]) as run:
+        for _ in run.train([[0], [0]]):
+            run.state.loss = 1.5
+    assert every.run_dir == tmp_path / "run" / "tensorboard" / "rank1"
+    assert scalars(read(every.run_dir))["loss/train/total"] == [(1, 1.5), (2, 1.5)]
+    assert not (tmp_path / "run" / "zero").exists()  # rank 1 is not rank 0
+
+
+def test_log_dir_takes_placeholders_and_absolute_paths(tmp_path):
+    relative = TensorboardLogger(log_dir="tb/{run_name}-{rank}", log_env=False)
+    absolute = TensorboardLogger(log_dir=tmp_path / "elsewhere", log_env=False)
+    with Run(
+        max_duration="1ba",
+        run_folder=tmp_path / "run",
+        run_name="exp",
+        loggers=[relative, absolute],
+    ) as run:
+        for _ in run.train([[0]]):
+            run.state.loss = 2.0
+    assert relative.run_dir == tmp_path / "run" / "tb" / "exp-0"
+    for folder in (relative.run_dir, tmp_path / "elsewhere"):
+        assert scalars(read(folder)) == {"loss/train/total": [(1, 2.0)]}
+
+
+def test_images_text_tables_and_late_hyperparameters(tmp_path, caplog):
+    tb = TensorboardLogger(log_env=False, log_git=False)
+    chw = torch.zeros(3, 4, 5)
+    chw[0] = 1.0  # red
+    nhwc = np.full((2, 6, 7, 1), 128, dtype=np.uint8)
+    with Run(
+        max_duration="2ba", run_folder=tmp_path / "run", loggers=[tb], hparams={"early": 1}
+    ) as run:
+        for _ in run.train([[0], [0]]):
+            run.state.loss = 0.5
+            run.logger.log_images(chw, name="red")
+            run.logger.log_images(nhwc, name="grey", channels_last=True)
+            run.logger.log_traces({"algo": "branch-a"})
+            run.logger.log_table(["a", "b"], [[1, "x|y"]], name="tbl")
+            run.log_metrics({"vector": torch.tensor([1.0, 2.0])})
+        run.logger.log_hyperparameters({"late": "yes"})
+    acc = read(tmp_path / "run" / "tensorboard")
+    red = acc.Images("red")  # inside batch b the batch count (the default step) is b - 1
+    assert [(e.step, e.width, e.height) for e in red] == [(0, 5, 4), (1, 5, 4)]
+    pil = pytest.importorskip("PIL.Image")
+    import io
+
+    pixel = pil.open(io.BytesIO(red[0].encoded_image_string)).convert("RGB").getpixel((0, 0))
+    assert pixel == (255, 0, 0)
+    assert [(e.step, e.width, e.height) for e in acc.Images("grey/1")] == [(0, 7, 6), (1, 7, 6)]
+    assert texts(acc, "traces/algo") == [(0, "branch-a"), (1, "branch-a")]
+    assert texts(acc, "tbl")[0] == (0, "| a | b |\n|---|---|\n| 1 | x\\|y |")
+    assert {k: hparam(v) for k, v in session(acc).hparams.items()} == {"early": 1.0}
+    assert texts(acc, "hyperparameters") == [(2, "| name | value |\n|---|---|\n| late | yes |")]
+    assert "vector" not in acc.Tags()["scalars"]
+    assert sum("'vector' is a list" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_secrets_never_reach_the_event_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("MY_API_KEY", "sk-live-tb-0123456789")
+    monkeypatch.setenv("SOME_URI", "https://ada:sk-live-tb-0123456789@host/x")
+    monkeypatch.setenv("OBSBUS_TEST_VISIBLE", "visible-value")
+    with fit(tmp_path, [TensorboardLogger()], duration="2ba") as trainer:
+        trainer.fit()
+    blobs = [p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    assert blobs and any(b"visible-value" in b for b in blobs)
+    assert not any(b"sk-live-tb-0123456789" in b for b in blobs)
+    start = session(read(tmp_path / "run" / "tensorboard")).hparams
+    assert "env__MY_API_KEY" not in start and hparam(start["env__SOME_URI"]) == "https://***@host/x"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"flush_interval": 0}, ValueError, "flush_interval must be >= 1, got 0"),
+        ({"flush_interval": "10"}, TypeError, "flush_interval must be an int, got '10'"),
+        ({"queue_size": 0}, ValueError, "queue_size must be >= 1, got 0"),
+        ({"log_dir": 3}, TypeError, "log_dir must be a path or None, got 3"),
+        ({"log_dir": "{rnak}"}, ValueError, "uses unknown placeholder {rnak}"),
+        ({"log_memory": "yes"}, TypeError, "log_memory must be True or False, got 'yes'"),
+        ({"log_interval": "5sp"}, ValueError, "TensorboardLogger log_interval '5sp'"),
+    ],
+    ids=[
+        "zero-flush",
+        "str-flush",
+        "zero-queue",
+        "int-dir",
+        "bad-placeholder",
+        "str-switch",
+        "sample-interval",
+    ],
+)
+def test_bad_arguments_fail_at_construction(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        TensorboardLogger(**kwargs)
+
+
+def test_missing_tensorboard_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'obsbus\[tensorboard\]'"):
+        TensorboardLogger()
+
+
+def test_importing_the_module_does_not_import_tensorboard():
+    import subprocess
+
+    code = (
+        "import sys, obsbus.loggers.tensorboard_logger; "
+        "print(sorted(m for m in sys.modules if m.startswith('tensorboard')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_image_shapes_are_read_as_documented():
+    from obsbus.loggers._tensorboard_summaries import image_arrays
+
+    hw = image_arrays([[0.0, 1.0], [0.5, 0.25]])  # nested lists: one HW image
+    assert (
+        len(hw) == 1
+        and hw[0].shape == (2, 2, 1)
+        and hw[0][:, :, 0].tolist() == [[0, 255], [128, 64]]
+    )
+    assert [a.shape for a in image_arrays(torch.zeros(2, 3, 4, 5))] == [(4, 5, 3)] * 2
+    assert [
+        a.shape
+        for a in image_arrays([np.zeros((4, 5, 4)), np.zeros((6, 7, 1))], channels_last=True)
+    ] == [(4, 5, 4), (6, 7, 1)]
+    assert image_arrays(np.array([[True, False]]))[0][:, :, 0].tolist() == [[255, 0]]
+    with pytest.raises(ValueError, match=r"Can't read an image of shape \(2, 4, 5\)"):
+        image_arrays(np.zeros((2, 4, 5)))  # 2 channels
