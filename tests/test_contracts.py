@@ -26,6 +26,7 @@ CONSTRUCTOR_KWARGS: dict[str, dict] = {
     "CometMLLogger": {"online": False},
     "NeptuneLogger": {"mode": "debug"},
     "WandBLogger": {"mode": "offline"},
+    "RemoteUploaderDownloader": {"bucket_uri": "memory://contract-bucket"},
 }
 
 
@@ -39,6 +40,9 @@ def _trackers_stay_offline_and_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    # MLflow's file store opens in well under a second; a new SQLite store migrates for ~10 s.
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
     monkeypatch.setenv("DO_NOT_TRACK", "1")
     monkeypatch.setenv("COMET_DISABLE_AUTO_LOGGING", "1")
     monkeypatch.setenv("COMET_ERROR_TRACKING_ENABLE", "false")

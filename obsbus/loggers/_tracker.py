@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-import tempfile
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -195,9 +195,13 @@ class TrackerDestination(LoggerDestination):
                     | {"git.dirty": str(meta["dirty"]).lower()}
                 )
                 if self.can_upload_files():
-                    folder = Path(tempfile.mkdtemp(prefix="obsbus-git-"))
-                    path = folder / "git_metadata.json"
-                    path.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+                    # In the run folder (no temp files left behind); written atomically, as
+                    # every rank that logs writes the same content.
+                    path = info.run_folder / "system" / "git_metadata.json"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    partial = path.with_name(f".git_metadata.json.{os.getpid()}")
+                    partial.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+                    os.replace(partial, path)
                     self._client_upload_file("system/git_metadata.json", path)
 
     def _chosen_rank(self, world_size: int) -> int:

@@ -1,0 +1,468 @@
+"""Log to MLflow, from a background thread, with explicit run ids."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from typing_extensions import override
+
+from obsbus.errors import MissingExtraError, TrainingTerminated
+from obsbus.logger import Logger
+from obsbus.loggers._mlflow_names import (
+    check_tracking_uri,
+    is_log_file,
+    is_performance_metric,
+    is_trace_file,
+    resolve_tracking_uri,
+    uri_scheme,
+)
+from obsbus.loggers._mlflow_run import MlflowRun, open_run
+from obsbus.loggers._run_metadata import mask_credentials
+from obsbus.loggers._tracker import RunInfo, TrackerDestination
+from obsbus.loggers._wandb_media import hold_images, hold_table, image_arrays, table_rows
+from obsbus.run_folder import os_user
+from obsbus.state import State
+from obsbus.time import TimeLike
+from obsbus.values import HostValues
+
+__all__ = ["MLFlowLogger"]
+
+log = logging.getLogger("obsbus")
+
+_RUN_ID = re.compile(r"^[a-zA-Z0-9][\w\-]{0,255}$")
+_MAX_EXPERIMENT_NAME = 500
+
+
+def _check_name(cls: str, what: str, value: object, max_len: int = 500) -> None:
+    if value is not None and (not isinstance(value, str) or not value or len(value) > max_len):
+        raise ValueError(
+            f"{cls} {what} must be None or a non-empty str of at most {max_len} characters, "
+            f"got {value!r}."
+        )
+
+
+class MLFlowLogger(TrackerDestination):
+    """Logs metrics, hyperparameters, tags and files to an MLflow run.
+
+    ``mlflow`` is imported (seconds) and used on a background thread only,
+    through an ``MlflowClient`` with an explicit run id: the fluent API's
+    global "active run" is never touched, so two destinations, or your own
+    ``mlflow.start_run``, don't fight over it. What goes where:
+
+    - metrics: ``log_batch`` at the obsbus step (the batch count unless given).
+      Values are held (tensors stay tensors), collected on the writer thread
+      and sent in one ``log_batch`` at most every ``flush_interval`` seconds
+      (and at ``fit_end``, ``exception`` and close; a stalled run still sends
+      what it logged once the interval has passed), so a store's per-call cost
+      (5-50 ms for SQLite or a server) is paid per interval, not per step.
+      Values that are not one number are skipped (counted in
+      :attr:`skipped_values`). With ``upload_performance_metrics=False``, keys
+      starting ``throughput/``, ``time/``, ``memory/``, ``system/`` or
+      ``utilization/`` (the monitors' performance set) are not sent.
+    - ``log_images``: MLflow images (``images/{name}+step+{step}+...``) at the
+      step; ``log_table``: rows appended to the artifact ``tables/{name}.json``
+      with a ``step`` column. Both need the full ``mlflow`` (Pillow, pandas).
+      ``log_traces`` is not sent (MLflow's "traces" are GenAI spans).
+    - hyperparameters (flattened with ``/``) and the environment
+      (``env__NAME``, secrets dropped): run params. MLflow params can't
+      change, so a value that differs from the one already in the run (a
+      resumed run, a second ``log_hyperparameters``) is kept out with one warning.
+    - git: tags ``git.commit``, ``git.branch``, ``git.dirty`` plus MLflow's
+      own ``mlflow.source.git.commit``/``branch`` (shown in the UI), and the
+      ``system/git_metadata.json`` artifact. Also ``mlflow.user``,
+      ``mlflow.source.name`` and your ``tags``.
+    - ``upload_file``: an artifact at the remote file name. Trace files (see
+      :func:`~obsbus.loggers._mlflow_names.is_trace_file`: ``traces/``,
+      ``torch_traces/``, ``*trace*.json[.gz]``) only with ``upload_traces``;
+      log files (:func:`~obsbus.loggers._mlflow_names.is_log_file`:
+      ``logs/``, ``logs-rank*.txt``, ``metrics-rank*.jsonl``, ``*.log``,
+      ``*.jsonl``) only with ``upload_logs``; anything else always. These
+      are Primus's ``mlflow_upload_traces``/``mlflow_upload_logs`` (off by
+      default there too: FileLogger re-uploads its growing files at every
+      flush). ``mlflow_upload_performance_metrics`` is on here because the
+      monitors that log those keys are attached on purpose.
+    - the run ends ``FINISHED``, ``FAILED`` when the run ended with an
+      exception, ``KILLED`` on SIGTERM (:class:`~obsbus.errors.TrainingTerminated`)
+      or Ctrl-C.
+
+    **Where.** ``tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else a SQLite
+    store in the run folder: ``{run folder}/mlflow/mlflow.db``, artifacts in
+    ``{run folder}/mlflow/artifacts`` (per rank ``mlflow-rank{rank}.db`` when
+    every rank logs). Look at it with
+    ``mlflow ui --backend-store-uri sqlite:///{run folder}/mlflow/mlflow.db``.
+    Why SQLite: MLflow 3 keeps the file store (``./mlruns``) in maintenance
+    mode and refuses to open it unless ``MLFLOW_ALLOW_FILE_STORE=true``, an
+    environment switch obsbus won't flip for the whole process; SQLite is
+    MLflow's own default. It needs the full ``mlflow`` package (SQLAlchemy,
+    Alembic), which is what ``obsbus[mlflow]`` installs: ``mlflow-skinny`` can
+    only talk to a server (``http(s)://``, ``databricks``) or a file store.
+    The first open of a new SQLite store migrates its schema (seconds, on
+    the writer thread, never the training step). A ``file:`` store or path
+    is accepted when ``MLFLOW_ALLOW_FILE_STORE=true`` is set.
+
+    Credentials come from the environment only (``MLFLOW_TRACKING_USERNAME``/
+    ``PASSWORD``/``TOKEN``, ``DATABRICKS_HOST``/``DATABRICKS_TOKEN``); a
+    ``databricks`` URI without ``DATABRICKS_HOST`` is warned about at start.
+    The URI is masked in obsbus's messages.
+
+    Args:
+        experiment_name: the MLflow experiment (Primus ``mlflow_experiment_name``); default
+            ``$MLFLOW_EXPERIMENT_NAME``, else ``{work_group}_{user_name}``. Created if missing.
+        run_name: the run name (Primus ``mlflow_run_name``); default the obsbus run
+            name; per rank ``{run_name}-rank{rank}``. (Primus defaults the *run* name to
+            ``{work_group}_{user_name}``; obsbus uses that for the experiment, so a
+            team's runs gather in one experiment, each named after its obsbus run.)
+        tags: more run tags.
+        tracking_uri: where runs are stored; see above.
+        rank_zero_only: only ``logging_rank`` logs (default the last rank, as Megatron and
+            Primus do); ``False``: one run per rank, tagged ``run_group``.
+        flush_interval: seconds between ``log_batch`` calls (Composer's 10); ``0``: at
+            every ``log_interval``.
+        synchronous: ``False`` hands batches to MLflow's own async queue; errors then
+            surface at the next flush. obsbus already keeps the training thread
+            free, so ``True`` (errors are reported with the batch that failed).
+        run_group: the ``run_group`` tag of per-rank runs; default the obsbus run name.
+        resume: continue the latest run of the experiment with the same run name, if any.
+        run_id: continue this run (metrics append at their steps; the run's
+            experiment is used). Only with one logging rank.
+        artifact_location: where a new experiment keeps artifacts (default: MLflow's,
+            or ``{run folder}/mlflow/artifacts`` for the default store).
+        upload_traces: upload trace files (Primus ``mlflow_upload_traces``).
+        upload_logs: upload log files (Primus ``mlflow_upload_logs``).
+        upload_performance_metrics: send the performance metric keys
+            (Primus ``mlflow_upload_performance_metrics``).
+        log_interval, logging_rank, log_env, log_git, close_timeout, max_queue_size:
+            see :class:`~obsbus.loggers._tracker.TrackerDestination`.
+
+    Example:
+        >>> mlf = MLFlowLogger(experiment_name="demo", upload_logs=True)
+        >>> mlf.resolved_tracking_uri("/runs/lm-1")
+        'sqlite:////runs/lm-1/mlflow/mlflow.db'
+        >>> mlf.uploads("lm-1/metrics-rank0.jsonl"), mlf.uploads("lm-1/traces/ep0-ba4-rank0.json")
+        (True, False)
+
+    A run then logs to the SQLite store in its run folder::
+
+        with Trainer(model, data, "1ep", loggers=[MLFlowLogger()]) as trainer:
+            trainer.fit()
+    """
+
+    extra = "mlflow"
+
+    def __init__(
+        self,
+        experiment_name: str | None = None,
+        run_name: str | None = None,
+        tags: Mapping[str, Any] | None = None,
+        tracking_uri: str | os.PathLike[str] | None = None,
+        rank_zero_only: bool = True,
+        flush_interval: float = 10.0,
+        synchronous: bool = True,
+        run_group: str | None = None,
+        resume: bool = False,
+        *,
+        run_id: str | None = None,
+        artifact_location: str | None = None,
+        upload_traces: bool = False,
+        upload_logs: bool = False,
+        upload_performance_metrics: bool = True,
+        log_interval: TimeLike = "1ba",
+        logging_rank: int | Literal["last"] = "last",
+        log_env: bool = True,
+        log_git: bool = True,
+        close_timeout: float = 30.0,
+        max_queue_size: int = 1024,
+    ) -> None:
+        cls = type(self).__name__
+        if importlib.util.find_spec("mlflow") is None:
+            raise MissingExtraError(self.extra, cls)
+        super().__init__(
+            log_interval=log_interval,
+            rank_zero_only=rank_zero_only,
+            logging_rank=logging_rank,
+            log_env=log_env,
+            log_git=log_git,
+            close_timeout=close_timeout,
+            max_queue_size=max_queue_size,
+        )
+        _check_name(cls, "experiment_name", experiment_name, _MAX_EXPERIMENT_NAME)
+        _check_name(cls, "run_name", run_name)
+        _check_name(cls, "run_group", run_group)
+        _check_name(cls, "artifact_location", artifact_location, 4096)
+        if tags is not None and not isinstance(tags, Mapping):
+            raise TypeError(f"{cls} tags must be a dict of str to values, got {tags!r}.")
+        for key in tags or {}:
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"{cls} tag names must be non-empty str, got {key!r}.")
+        if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)):
+            raise TypeError(
+                f"{cls} flush_interval must be a number of seconds, got {flush_interval!r}."
+            )
+        if flush_interval < 0:
+            raise ValueError(f"{cls} flush_interval must be >= 0 seconds, got {flush_interval!r}.")
+        switches = {"synchronous": synchronous, "resume": resume, "upload_traces": upload_traces,
+                    "upload_logs": upload_logs,
+                    "upload_performance_metrics": upload_performance_metrics}  # fmt: skip
+        for what, value in switches.items():
+            if not isinstance(value, bool):
+                raise TypeError(f"{cls} {what} must be True or False, got {value!r}.")
+        if run_id is not None and (not isinstance(run_id, str) or not _RUN_ID.match(run_id)):
+            raise ValueError(
+                f"{cls} run_id must be an MLflow run id (letters, digits, '_' and '-'), "
+                f"got {run_id!r}."
+            )
+        if run_id is not None and not rank_zero_only:
+            raise ValueError(
+                f"{cls} run_id={run_id!r} needs rank_zero_only=True: one run can't hold every "
+                "rank's metrics. To fix, resume one rank's run, or use resume=True to continue "
+                "each rank's run by its name."
+            )
+        self.tracking_uri = check_tracking_uri(cls, tracking_uri)
+        self.experiment_name = experiment_name
+        self.run_name = run_name
+        self.tags = {key: str(value) for key, value in (tags or {}).items()}
+        self.flush_interval = float(flush_interval)
+        self.synchronous = synchronous
+        self.run_group = run_group
+        self.resume = resume
+        self.artifact_location = artifact_location
+        self.upload_traces = upload_traces
+        self.upload_logs = upload_logs
+        self.upload_performance_metrics = upload_performance_metrics
+        #: The run logged to: ``run_id`` until a run starts, then that run's id.
+        self.run_id: str | None = run_id
+        self._resume_id = run_id
+        self._run: MlflowRun | None = None  # the live run (writer thread)
+        self._last_run: MlflowRun | None = None  # the latest, for its counts
+        self._timer: threading.Timer | None = None  # sends a batch when training stalls
+
+    # ------------------------------------------------------------ settings
+    @property
+    def undelivered_metrics(self) -> int:
+        """Metric values of the latest run in batches MLflow did not take (server down, ...)."""
+        run = self._last_run
+        return 0 if run is None else run.undelivered
+
+    @property
+    def skipped_values(self) -> int:
+        """Metric values of the latest run skipped as not one number (lists, strings, None)."""
+        run = self._last_run
+        return 0 if run is None else run.skipped
+
+    def resolved_tracking_uri(self, run_folder: str | os.PathLike[str], rank: int = 0) -> str:
+        """The tracking URI a run in ``run_folder`` logs to (see the class docstring)."""
+        uri, _ = resolve_tracking_uri(
+            self.tracking_uri, Path(run_folder), rank, not self.rank_zero_only
+        )
+        return uri
+
+    def uploads(self, remote_file_name: str) -> bool:
+        """Whether ``upload_file`` stores a file of this name, given the upload switches."""
+        if is_trace_file(remote_file_name):
+            return self.upload_traces
+        return self.upload_logs or not is_log_file(remote_file_name)
+
+    @override
+    def can_upload_files(self) -> bool:
+        return True
+
+    @override
+    def _check_credentials(self) -> None:
+        if self.tracking_uri and mask_credentials(self.tracking_uri) != self.tracking_uri:
+            log.warning(
+                "obsbus: MLFlowLogger was given credentials inside tracking_uri %r; keep them "
+                "out of code and configs: set MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) in the environment.",
+                mask_credentials(self.tracking_uri),
+            )
+        uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+        if uri_scheme(uri).startswith("databricks") and not os.environ.get("DATABRICKS_HOST"):
+            log.warning(
+                "obsbus: MLFlowLogger logs to %r but DATABRICKS_HOST is not set; MLflow then "
+                "looks for a ~/.databrickscfg profile and fails to start without one. To fix, "
+                "set DATABRICKS_HOST (and DATABRICKS_TOKEN) in the environment.",
+                mask_credentials(uri),
+            )
+
+    # ------------------------------------------------- client (writer thread)
+    @override
+    def _client_start(self, info: RunInfo) -> None:
+        from mlflow import MlflowClient
+
+        uri, artifacts = resolve_tracking_uri(
+            self.tracking_uri, info.run_folder, info.rank, not self.rank_zero_only
+        )
+        if artifacts is not None:
+            artifacts.mkdir(parents=True, exist_ok=True)
+        client = MlflowClient(tracking_uri=uri)
+        name = self.run_name or info.run_name
+        source = Path(sys.argv[0] if sys.argv else "python").name
+        tags = {"mlflow.user": os_user(), "mlflow.source.name": source,
+                "mlflow.source.type": "LOCAL", **self.tags}  # fmt: skip
+        if not self.rank_zero_only:
+            name = f"{name}-rank{info.rank}"
+            tags |= {"run_group": self.run_group or info.run_name, "obsbus.rank": str(info.rank)}
+        experiment = (
+            self.experiment_name or os.environ.get("MLFLOW_EXPERIMENT_NAME") or info.project
+        )
+        location = self.artifact_location or (artifacts.as_uri() if artifacts else None)
+        run, resumed = open_run(client, experiment_name=experiment, run_name=name, tags=tags,
+                                run_id=self._resume_id, resume=self.resume,
+                                artifact_location=location)  # fmt: skip
+        self.run_id = run.info.run_id
+        self._run = self._last_run = MlflowRun(client, run.info.run_id, {}, self.synchronous)
+        if resumed:
+            self._run.params = dict(run.data.params)
+            client.update_run(run.info.run_id, status="RUNNING")
+            self._run.set_tags(tags)
+        log.info(
+            "obsbus: MLFlowLogger logs to run %s (%r) of experiment %s at %s",
+            run.info.run_id,
+            run.info.run_name,
+            run.info.experiment_id,
+            mask_credentials(uri),
+        )
+
+    def _live(self) -> MlflowRun:
+        if self._run is None:
+            raise RuntimeError("MLFlowLogger: the MLflow run is not started")
+        return self._run
+
+    @override
+    def _client_log_metrics(self, values: dict[str, Any], step: int) -> None:
+        if not self.upload_performance_metrics:
+            values = {k: v for k, v in values.items() if not is_performance_metric(k)}
+        self._live().add_metrics(values, step)
+
+    @override
+    def _write_held(self, held: list[tuple[int, dict[str, Any]]], pending: HostValues) -> None:
+        super()._write_held(held, pending)
+        run = self._live()
+        run.send(self.flush_interval)
+        if run.pending and (self._timer is None or not self._timer.is_alive()):
+            # If training stalls (a hang, a long eval), what was logged last still goes.
+            wait = self.flush_interval - (time.monotonic() - run.last_send)
+            self._timer = threading.Timer(max(wait, 0.0) + 0.01, self._on_timer)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _on_timer(self) -> None:
+        run = self._run
+        if run is None:
+            return
+        try:
+            run.send(self.flush_interval)
+        except Exception as exc:  # reported like the writer's own failures
+            self._writer.failures.report(self.name, "send", exc)
+
+    def _flush_client(self) -> None:
+        self._live().flush()
+
+    @override
+    def _client_log_params(self, params: dict[str, Any]) -> None:
+        self._live().log_params(params)
+
+    @override
+    def _client_set_tags(self, tags: dict[str, str]) -> None:
+        self._live().set_tags(tags)
+
+    @override
+    def _client_upload_file(self, remote_file_name: str, file_path: Path) -> None:
+        self._live().upload(remote_file_name, file_path)
+
+    @override
+    def _client_finish(self, failed: bool) -> None:
+        run, self._run = self._run, None
+        if self._timer is not None:
+            self._timer.cancel()
+        if run is None:
+            return
+        exc = self._state.exception if self._state is not None else None
+        killed = isinstance(exc, (TrainingTerminated, KeyboardInterrupt))
+        run.finish("KILLED" if failed and killed else "FAILED" if failed else "FINISHED")
+
+    # ------------------------------------------------------ LoggerDestination
+    @override
+    def upload_file(
+        self, state: State, remote_file_name: str, file_path: Path, *, overwrite: bool = False
+    ) -> None:
+        if self.uploads(remote_file_name):
+            super().upload_file(state, remote_file_name, file_path, overwrite=overwrite)
+
+    @override
+    def log_images(
+        self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
+    ) -> None:
+        if self._active:
+            self._submit(self._write_images, hold_images(images), name, self._step_now(step),
+                         kwargs.get("channels_last"))  # fmt: skip
+
+    def _write_images(self, images: Any, name: str, step: int, channels_last: bool | None) -> None:
+        self._live().log_images(image_arrays(images, channels_last), name, step)
+
+    @override
+    def log_table(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        name: str = "Table",
+        step: int | None = None,
+    ) -> None:
+        if self._active:
+            self._submit(self._write_table, list(columns), *hold_table(rows), name,
+                         self._step_now(step))  # fmt: skip
+
+    def _write_table(
+        self, columns: list[str], rows: list[list[Any]], pending: HostValues, name: str, step: int
+    ) -> None:
+        self._live().log_table(columns, table_rows(rows, pending), name, step)
+
+    def _step_now(self, step: int | None) -> int:
+        if step is not None:
+            return step
+        return self._state.timestamp._batch if self._state is not None else 0
+
+    def _flush_now(self) -> None:
+        self._hand_over()
+        if self._client_ready:
+            self._submit(self._flush_client)
+
+    @override
+    def fit_end(self, state: State, logger: Logger) -> None:
+        self._flush_now()
+        super().fit_end(state, logger)
+
+    @override
+    def exception(self, state: State, logger: Logger) -> None:
+        self._flush_now()
+        super().exception(state, logger)
+
+    @override
+    def close(self, state: State, logger: Logger) -> None:
+        started = self._started
+        super().close(state, logger)
+        if self._timer is not None:
+            self._timer.cancel()
+        if not started:
+            return
+        if self.undelivered_metrics:
+            log.warning(
+                "obsbus: MLFlowLogger: %d metric value(s) were not delivered to run %s "
+                "(see the first MLFlowLogger error above).",
+                self.undelivered_metrics,
+                self.run_id,
+            )
+        if self.skipped_values:
+            log.warning(
+                "obsbus: MLFlowLogger skipped %d metric value(s) that were not one number.",
+                self.skipped_values,
+            )
