@@ -32,13 +32,19 @@ _MAX_VALUE_LEN = 500
 
 
 def mask_credentials(text: str) -> str:
-    """``text`` with the user-info part of every URI in it masked.
+    """``text`` with the whole user-info part of every URI masked, and secret query values.
+
+    Stricter than the object stores' :func:`~obsbus.object_store.mask_secrets`
+    (which keeps the user name) because a user-info with no password is often
+    a token itself (``https://<token>@github.com/...`` in a git remote).
 
     Example:
-        >>> mask_credentials("https://ada:hunter2@mlflow.example.com/api")
-        'https://***@mlflow.example.com/api'
+        >>> mask_credentials("https://ada:hunter2@mlflow.example.com/api?sig=abc")
+        'https://***@mlflow.example.com/api?sig=***'
     """
-    return _URI_USERINFO.sub(lambda m: f"{m['scheme']}***@", text)
+    from obsbus.object_store import mask_secrets
+
+    return mask_secrets(_URI_USERINFO.sub(lambda m: f"{m['scheme']}***@", text))
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
