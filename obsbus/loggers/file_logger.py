@@ -16,7 +16,9 @@ from typing_extensions import override
 
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
+from obsbus.loggers._remote_folder import RemoteFiles, check_remote_uri, join
 from obsbus.loggers.console_logger import format_value
+from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
 from obsbus.naming import check_placeholders
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
@@ -90,6 +92,10 @@ class FileLogger(LoggerDestination):
             error at ``init`` unless ``resume`` is set.
         resume: append to existing files, e.g. when a run restarts from a
             checkpoint (the steps continue from the restored timestamp).
+        remote_folder: a bucket URI, e.g. ``"s3://bucket/{run_name}/logs"``: the
+            files go there as ``<path>/<file name>``, through the uploader in
+            ``loggers`` that stores the bucket, else one the FileLogger makes
+            (and closes after its last flush).
 
     Example:
         >>> import json, tempfile
@@ -115,6 +121,7 @@ class FileLogger(LoggerDestination):
         capture_stderr: bool = False,
         overwrite: bool = False,
         resume: bool = False,
+        remote_folder: str | None = None,
     ) -> None:
         self.filename = check_placeholders(filename, "FileLogger filename")
         self.jsonl_filename = (
@@ -139,6 +146,10 @@ class FileLogger(LoggerDestination):
         self.capture_stderr = capture_stderr
         self.overwrite = overwrite
         self.resume = resume
+        self.remote_folder = remote_folder
+        if remote_folder is not None:
+            check_remote_uri(remote_folder, "FileLogger remote_folder")
+        self._remote = RemoteFiles("FileLogger", [self.remote_folder])
         self.name = "FileLogger"
         self._writer = BackgroundWriter("FileLogger")
         self._state: State | None = None
@@ -155,10 +166,16 @@ class FileLogger(LoggerDestination):
         """The files this logger writes (known after ``init``)."""
         return list(self._paths)
 
+    @property
+    def remote_uploaders(self) -> list[RemoteUploaderDownloader]:
+        """The uploader made for ``remote_folder`` at ``init`` (none if ``loggers`` had one)."""
+        return self._remote.uploaders
+
     # ----------------------------------------------------------- lifecycle
     @override
     def init(self, state: State, logger: Logger) -> None:
         self._state, self._logger = state, logger
+        self._remote.init(state, logger)
         names = [self.filename] + ([self.jsonl_filename] if self.jsonl_filename else [])
         paths = [state.run_folder.resolve(logger.format_name(n)) for n in names]
         for path in paths:
@@ -260,6 +277,7 @@ class FileLogger(LoggerDestination):
     def fit_end(self, state: State, logger: Logger) -> None:
         self._flush(fsync=True)
         self._writer.flush()
+        self._remote.fit_end(state, logger)
 
     @override
     def eval_standalone_end(self, state: State, logger: Logger) -> None:
@@ -270,6 +288,7 @@ class FileLogger(LoggerDestination):
         self._writer.submit(self._write_text, [f"[exception]: {state.exception!r}"])
         self._flush(fsync=True)
         self._writer.flush(timeout=60)
+        self._remote.exception(state, logger)
 
     @override
     def close(self, state: State, logger: Logger) -> None:
@@ -279,6 +298,7 @@ class FileLogger(LoggerDestination):
         self._flush(fsync=True)
         self._writer.close(timeout=60)
         self._close_files()
+        self._remote.close(state, logger)
 
     def _close_files(self) -> None:
         for f in (self._text, self._jsonl):
@@ -315,9 +335,10 @@ class FileLogger(LoggerDestination):
                 if fsync:
                     os.fsync(f.fileno())
         logger, state = self._logger, self._state
-        if upload and logger is not None and state is not None and logger.has_file_uploader():
+        if upload and logger is not None and state is not None:
+            folder = self.remote_folder or state.run_name
             for path in self._paths:
-                logger.upload_file(f"{state.run_name}/{path.name}", path, overwrite=True)
+                self._remote.upload(logger, join(folder, path.name), path, overwrite=True)
 
 
 def _open(path: Path, mode: str) -> TextIO:

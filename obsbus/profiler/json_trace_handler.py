@@ -15,6 +15,8 @@ from typing_extensions import override
 
 from obsbus import dist
 from obsbus.logger import Logger
+from obsbus.loggers._remote_folder import RemoteFiles, check_remote_uri, join
+from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
 from obsbus.naming import check_placeholders
 from obsbus.profiler.profiler_action import ProfilerAction
 from obsbus.profiler.trace_handler import TraceHandler
@@ -49,7 +51,8 @@ class JSONTraceHandler(TraceHandler):
     traces written by others and handed to :meth:`process_chrome_json_trace_file`
     (``torch.profiler``'s, from :class:`~obsbus.profiler.torch_profiler.TorchProfiler`)
     are listed in :attr:`chrome_traces` and merged too, on their rank's row. Each
-    file is handed to ``logger.upload_file``.
+    file is handed to ``logger.upload_file`` as ``{run_name}/traces/<file name>``,
+    or ``<path>/<file name>`` with ``remote_folder``.
 
     Args:
         folder: where traces go; relative to the run folder.
@@ -59,6 +62,10 @@ class JSONTraceHandler(TraceHandler):
         overwrite: replace existing files; otherwise a folder that already holds
             traces is an error at ``init``.
         num_traces_to_keep: how many per-window traces to keep (``-1``: all).
+        remote_folder: a bucket URI, e.g. ``"s3://bucket/{run_name}/traces"``:
+            every trace and the merged trace go there, through the uploader in
+            ``loggers`` that stores the bucket, else one the handler makes (and
+            closes after the merged trace).
 
     Example:
         >>> import json, tempfile
@@ -82,6 +89,7 @@ class JSONTraceHandler(TraceHandler):
         merged_trace_filename: str | None = "merged_trace.json",
         overwrite: bool = False,
         num_traces_to_keep: int = -1,
+        remote_folder: str | None = None,
     ) -> None:
         self.folder = check_placeholders(folder, "JSONTraceHandler folder")
         self.filename = check_placeholders(filename, "JSONTraceHandler filename")
@@ -97,6 +105,10 @@ class JSONTraceHandler(TraceHandler):
             )
         self.overwrite = overwrite
         self.num_traces_to_keep = num_traces_to_keep
+        self.remote_folder = remote_folder
+        if remote_folder is not None:
+            check_remote_uri(remote_folder, "JSONTraceHandler remote_folder")
+        self._remote = RemoteFiles("JSONTraceHandler", [remote_folder])
         self.saved_traces: list[Path] = []
         #: Chrome traces others wrote (``torch.profiler``), merged at close if still there.
         self.chrome_traces: list[Path] = []
@@ -110,6 +122,11 @@ class JSONTraceHandler(TraceHandler):
         self._lock = threading.Lock()
         self._state: State | None = None
         self._logger: Logger | None = None
+
+    @property
+    def remote_uploaders(self) -> list[RemoteUploaderDownloader]:
+        """The uploader made for ``remote_folder`` at ``init`` (none if ``loggers`` had one)."""
+        return self._remote.uploaders
 
     # ------------------------------------------------------------ recording
     def _event(
@@ -176,6 +193,7 @@ class JSONTraceHandler(TraceHandler):
                 f"JSONTraceHandler: {str(folder)!r} already holds traces. To fix, pass "
                 "overwrite=True, use another run name, or another folder."
             )
+        self._remote.init(state, logger)
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:
@@ -195,12 +213,14 @@ class JSONTraceHandler(TraceHandler):
             # rank 0's merge at close can't miss a rank that finished its last window late.
             names = dist.all_gather_object([str(p) for p in self.saved_traces])
             self._expected = [Path(n) for rank_names in names for n in rank_names]
+        self._remote.fit_end(state, logger)
 
     @override
     def exception(self, state: State, logger: Logger) -> None:
         if self._events and any(e["ph"] != "M" for e in self._events):
             self._save(state, logger)  # what was recorded before the crash
         self._writer.flush(timeout=60)
+        self._remote.exception(state, logger)
 
     @override
     def close(self, state: State, logger: Logger) -> None:
@@ -208,6 +228,7 @@ class JSONTraceHandler(TraceHandler):
         if self.merged_trace_filename is not None and state.rank == 0 and self.saved_traces:
             self._writer.submit(self._merge, state, logger)
         self._writer.close(timeout=60)
+        self._remote.close(state, logger)
 
     # --------------------------------------------------------------- saving
     def _save(self, state: State, logger: Logger) -> None:
@@ -238,7 +259,7 @@ class JSONTraceHandler(TraceHandler):
                 "batch": state.timestamp._batch,
             },
         }
-        self._writer.submit(self._write, path, doc, logger, state.run_name)
+        self._writer.submit(self._write, path, doc, logger)
         if self.num_traces_to_keep > 0:
             while len(self.saved_traces) > self.num_traces_to_keep:
                 self._writer.submit(_remove, self.saved_traces.pop(0))
@@ -247,10 +268,12 @@ class JSONTraceHandler(TraceHandler):
         folder = state.run_folder.resolve(logger.format_name(self.folder))
         return folder / logger.format_name(name)
 
-    def _write(self, path: Path, doc: dict[str, Any], logger: Logger, run_name: str) -> None:
+    def _remote_name(self, file_name: str) -> str:
+        return join(self.remote_folder or "{run_name}/traces", file_name)
+
+    def _write(self, path: Path, doc: dict[str, Any], logger: Logger) -> None:
         _write_json(path, doc)
-        if logger.has_file_uploader():
-            logger.upload_file(f"{run_name}/traces/{path.name}", path, overwrite=self.overwrite)
+        self._remote.upload(logger, self._remote_name(path.name), path, overwrite=self.overwrite)
 
     def _merge(self, state: State, logger: Logger) -> None:
         from obsbus.profiler.merge import merge_traces
@@ -275,8 +298,7 @@ class JSONTraceHandler(TraceHandler):
         if not inputs:
             return
         merge_traces(inputs, target, combine_same_rank=True)
-        if logger.has_file_uploader():
-            logger.upload_file(f"{state.run_name}/traces/{target.name}", target, overwrite=True)
+        self._remote.upload(logger, self._remote_name(target.name), target, overwrite=True)
 
 
 def _metadata(rank: int, offset_us: float, wall_ns: int) -> list[dict[str, Any]]:

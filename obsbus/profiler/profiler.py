@@ -60,9 +60,13 @@ class Profiler:
         torch_prof_folder: run ``torch.profiler`` and write its traces here;
             ``None``: no ``torch.profiler``.
         torch_prof_filename: TorchProfiler ``filename``.
-        torch_prof_remote_file_name: TorchProfiler ``remote_file_name``.
+        torch_prof_remote_file_name: TorchProfiler ``remote_file_name``; a bucket URI
+            (``"s3://bucket/{run_name}/torch_traces/rank{rank}.{batch}.pt.trace.json"``)
+            sends the traces to that bucket, with an uploader of its own when no
+            destination in ``loggers`` stores it (as Composer does).
         torch_prof_memory_filename: TorchProfiler ``memory_filename``.
-        torch_prof_memory_remote_file_name: TorchProfiler ``memory_remote_file_name``.
+        torch_prof_memory_remote_file_name: TorchProfiler ``memory_remote_file_name``
+            (a URI works too).
         torch_prof_overwrite: TorchProfiler ``overwrite``.
         torch_prof_use_gzip: TorchProfiler ``use_gzip``.
         torch_prof_record_shapes: TorchProfiler ``record_shapes``.

@@ -11,6 +11,8 @@ from typing_extensions import override
 
 from obsbus.callback import Callback
 from obsbus.logger import Logger
+from obsbus.loggers._remote_folder import RemoteFiles, check_remote_name
+from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
 from obsbus.profiler import _torch_trace as tt
 from obsbus.profiler.profiler_action import ProfilerAction
 from obsbus.state import State
@@ -47,6 +49,11 @@ class TorchProfiler(Callback):
 
     Names take placeholders (``{run_name}``, ``{rank}``, ``{epoch}``, ``{batch}``,
     ...) filled when the window is saved; ``{batch}`` counts the batches done.
+    A remote name may be a URI (Composer's way), e.g.
+    ``"s3://bucket/{run_name}/torch_traces/rank{rank}.{batch}.pt.trace.json"``:
+    the file goes to that bucket under the path, through the uploader in
+    ``loggers`` that stores the bucket, else one the TorchProfiler makes (and
+    closes after its last trace); the URI is checked at construction.
     ``folder`` is relative to the run folder. Activities: the CPU, plus CUDA when
     it is available and the run is not on another device, so a CPU-only machine
     profiles the CPU, without error.
@@ -114,14 +121,21 @@ class TorchProfiler(Callback):
         self.use_gzip = tt.check_bool("use_gzip", use_gzip)
         gz = ".gz" if use_gzip else ""
         name = tt.check_template("filename", filename, optional=False)
-        remote = tt.check_template("remote_file_name", remote_file_name, optional=True)
+        remote = tt.check_template(
+            "remote_file_name",
+            check_remote_name(remote_file_name, "TorchProfiler remote_file_name"),
+            optional=True,
+        )
         self.filename = str(name) + gz * (not str(name).endswith(".gz"))
         self.remote_file_name = remote and remote + gz * (not remote.endswith(".gz"))
         self.memory_filename = tt.check_template(
             "memory_filename", memory_filename, optional=True, suffix=".html"
         )
         self.memory_remote_file_name = tt.check_template(
-            "memory_remote_file_name", memory_remote_file_name, optional=True, suffix=".html"
+            "memory_remote_file_name",
+            check_remote_name(memory_remote_file_name, "TorchProfiler memory_remote_file_name"),
+            optional=True,
+            suffix=".html",
         )
         self.overwrite = tt.check_bool("overwrite", overwrite)
         self.record_shapes = tt.check_bool("record_shapes", record_shapes)
@@ -145,6 +159,9 @@ class TorchProfiler(Callback):
         #: The memory timelines and snapshots written.
         self.memory_files: list[Path] = []
         self._kept: list[list[Path]] = []  # per window: its files, for pruning
+        self._remote = RemoteFiles(
+            "TorchProfiler", [self.remote_file_name, self.memory_remote_file_name]
+        )
         self._writer = BackgroundWriter("TorchProfiler")
         self._prof: Any = None  # the torch.profiler.profile of the open window
         self._current: ProfilerAction = _SKIP
@@ -155,6 +172,11 @@ class TorchProfiler(Callback):
         self.failed = False
         self._state: State | None = None
         self._logger: Logger | None = None
+
+    @property
+    def remote_uploaders(self) -> list[RemoteUploaderDownloader]:
+        """The uploaders made at ``init`` for URIs whose bucket no destination stores."""
+        return self._remote.uploaders
 
     # ------------------------------------------------------------------ hooks
     @override
@@ -176,6 +198,7 @@ class TorchProfiler(Callback):
                 f"TorchProfiler: {str(folder)!r} already holds traces ({held[0].name}, ...). "
                 "To fix, pass torch_prof_overwrite=True, use another run name, or another folder."
             )
+        self._remote.init(state, logger)
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:
@@ -198,12 +221,14 @@ class TorchProfiler(Callback):
     def fit_end(self, state: State, logger: Logger) -> None:
         self._guarded(self._close_window)
         self._memory.dump(state, logger, self._writer, self.memory_files)
+        self._remote.fit_end(state, logger)
 
     @override
     def exception(self, state: State, logger: Logger) -> None:
         self._guarded(self._close_window)
         self._memory.dump(state, logger, self._writer, self.memory_files)
         self._writer.flush(timeout=60)
+        self._remote.exception(state, logger)
 
     @override
     def close(self, state: State, logger: Logger) -> None:
@@ -212,6 +237,7 @@ class TorchProfiler(Callback):
         finally:
             self._memory.stop()
             self._writer.close(timeout=60)
+            self._remote.close(state, logger)
 
     def _guarded(self, step: Callable[..., None], *args: Any) -> None:
         """Run a ``torch.profiler`` step; if torch raises, stop profiling, not training."""
@@ -314,11 +340,10 @@ class TorchProfiler(Callback):
                 handler.process_chrome_json_trace_file,
                 path,
             )
-        if logger.has_file_uploader():
-            if remote:
-                logger.upload_file(remote, path, overwrite=self.overwrite)
-            if memory_remote and memory in files:
-                logger.upload_file(memory_remote, memory, overwrite=self.overwrite)
+        if remote:
+            self._remote.upload(logger, remote, path, overwrite=self.overwrite)
+        if memory_remote and memory is not None and memory in files:
+            self._remote.upload(logger, memory_remote, memory, overwrite=self.overwrite)
         self._kept.append(files)
         keep = self.num_traces_to_keep
         while keep >= 0 and len(self._kept) > keep:
