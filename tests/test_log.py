@@ -341,7 +341,7 @@ def test_stderr_is_found_when_writing(tmp_path, monkeypatch):
 
 
 def test_log_line_does_not_tear_a_tqdm_bar(tmp_path, monkeypatch):
-    tqdm = pytest.importorskip("tqdm")
+    import tqdm
     stream = io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
     monkeypatch.setenv("OBSBUS_LOG_TIMESTAMP", "0")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import logging
@@ -26,10 +25,8 @@ from obsbus.loggers.comet_ml_logger import CometMLLogger
 
 from ..helpers import regression_data, tiny_model
 
-# Not imported here: comet_ml reads its settings when first imported, inside the fixture's env.
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("comet_ml") is None, reason="comet_ml is not installed"
-)
+# comet_ml is not imported here: it reads its settings when first imported, which must
+# happen inside the fixture's environment. It is a test dependency (the 'test' extra).
 
 
 @pytest.fixture(autouse=True)
@@ -219,7 +216,7 @@ def test_a_failed_run_per_rank_with_images_tables_and_traces(tmp_path, monkeypat
         ("batch_0", 1),
         ("batch_1", 1),
     ]
-    pil = pytest.importorskip("PIL.Image")
+    from PIL import Image as pil
     png = pil.open(io.BytesIO(archive.assets()["batch_0"]))
     assert png.size == (5, 4) and png.convert("RGB").getpixel((0, 0)) == (128, 128, 128)
     assert archive.assets()["tbl.csv"].decode().splitlines() == ["a,b", "1,2"]

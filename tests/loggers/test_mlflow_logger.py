@@ -8,7 +8,6 @@ machine: a guard refuses connections to anything but the loopback.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import math
@@ -29,19 +28,12 @@ from obsbus.loggers import FileLogger, InMemoryLogger
 from ..helpers import regression_data, tiny_model
 from ._mlflow_server import OFFLINE_ENV, MlflowServer
 
-HAS_MLFLOW = importlib.util.find_spec("mlflow") is not None
-needs_mlflow = pytest.mark.skipif(
-    not HAS_MLFLOW, reason="needs mlflow: pip install 'obsbus[mlflow]'"
-)
 SECRET = "sk-live-obsbus-7f3a9c1e55"
 DATABRICKS_SECRET = "dapi-obsbus-0b1c2d3e4f"
 
 
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
-    if not HAS_MLFLOW:
-        yield None
-        return
     server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
     server.start()  # boots while the first tests run
     yield server
@@ -72,8 +64,6 @@ def offline(monkeypatch, mlflow_server):
 
 @pytest.fixture
 def server_uri(mlflow_server):
-    if mlflow_server is None:
-        pytest.skip("needs mlflow")
     return mlflow_server.ensure_running()
 
 
@@ -138,7 +128,6 @@ class UploadAtStart(Callback):
 
 
 # ------------------------------------------------------------- local store
-@needs_mlflow
 def test_the_default_store_is_sqlite_in_the_run_folder_and_holds_no_secret(tmp_path, monkeypatch):
     from obsbus.loggers.mlflow_logger import MLFlowLogger
 
@@ -172,7 +161,6 @@ def test_the_default_store_is_sqlite_in_the_run_folder_and_holds_no_secret(tmp_p
         assert SECRET.encode() not in data and DATABRICKS_SECRET.encode() not in data, path
 
 
-@needs_mlflow
 def test_a_file_store_opens_only_when_mlflow_allows_it(tmp_path, monkeypatch):
     from obsbus.loggers.mlflow_logger import MLFlowLogger
 
@@ -186,7 +174,6 @@ def test_a_file_store_opens_only_when_mlflow_allows_it(tmp_path, monkeypatch):
 
 
 # -------------------------------------------------------------- the server
-@needs_mlflow
 def test_a_trainer_run_reads_back_from_an_mlflow_server(
     tmp_path, server_uri, mlflow_server, monkeypatch
 ):
@@ -236,7 +223,6 @@ class Stop(Callback):
             raise self.exc
 
 
-@needs_mlflow
 @pytest.mark.parametrize(
     ("exc", "status"),
     [(RuntimeError("boom"), "FAILED"), (TrainingTerminated(15), "KILLED")],
@@ -265,7 +251,6 @@ class RestoreTimestamp(Callback):
         state.timestamp = Timestamp(epoch=1, batch=4, sample=32)
 
 
-@needs_mlflow
 def test_resume_by_run_id_or_by_name_appends_to_the_same_run(tmp_path, server_uri, caplog):
     from obsbus.loggers.mlflow_logger import MLFlowLogger
 
@@ -299,7 +284,6 @@ def test_resume_by_run_id_or_by_name_appends_to_the_same_run(tmp_path, server_ur
     assert by_name.run_id == first.run_id
 
 
-@needs_mlflow
 def test_upload_switches_choose_files_and_metrics(tmp_path, server_uri):
     from obsbus.loggers.mlflow_logger import MLFlowLogger
 
@@ -342,7 +326,6 @@ def test_upload_switches_choose_files_and_metrics(tmp_path, server_uri):
     assert lean.run_id != full.run_id  # two destinations, two runs, no shared active run
 
 
-@needs_mlflow
 def test_a_stalled_run_still_sends_what_it_logged_within_flush_interval(tmp_path, server_uri):
     from obsbus.loggers.mlflow_logger import MLFlowLogger
 
@@ -361,7 +344,6 @@ def test_a_stalled_run_still_sends_what_it_logged_within_flush_interval(tmp_path
     assert history(client(server_uri), mlf.run_id, "loss/train/total") == [(1, 0.0), (2, 1.0)]
 
 
-@needs_mlflow
 def test_images_and_tables_become_run_artifacts_at_their_step(tmp_path, server_uri):
     from obsbus.loggers.mlflow_logger import MLFlowLogger
 
@@ -382,7 +364,6 @@ def test_images_and_tables_become_run_artifacts_at_their_step(tmp_path, server_u
     assert table["data"] == [[1, "a", 0.5], [1, "b", 2], [2, "c", 0.25]]
 
 
-@needs_mlflow
 def test_the_last_rank_logs_by_default_and_per_rank_runs_are_grouped(
     tmp_path, server_uri, monkeypatch
 ):
@@ -405,7 +386,6 @@ def test_the_last_rank_logs_by_default_and_per_rank_runs_are_grouped(
 
 
 # ------------------------------------------------------- without a server
-@needs_mlflow
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
@@ -450,7 +430,6 @@ def test_without_mlflow_the_error_names_the_extra(monkeypatch):
         MLFlowLogger()
 
 
-@needs_mlflow
 def test_mlflow_skinny_needs_a_server_not_sqlite(monkeypatch):
     from obsbus.loggers.mlflow_logger import MLFlowLogger
 
@@ -464,7 +443,6 @@ def test_mlflow_skinny_needs_a_server_not_sqlite(monkeypatch):
     )
 
 
-@needs_mlflow
 def test_credential_warnings_never_show_the_secret(monkeypatch, caplog):
     from obsbus.loggers.mlflow_logger import MLFlowLogger
 
@@ -506,7 +484,6 @@ class KillServer(Callback):
         self.server.kill()
 
 
-@needs_mlflow
 def test_a_server_killed_mid_run_costs_no_training_and_no_other_destination(
     tmp_path, server_uri, mlflow_server, monkeypatch, caplog
 ):

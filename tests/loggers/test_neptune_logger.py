@@ -78,7 +78,6 @@ def offline_runs(data_dir: Path) -> list[OfflineRun]:
 @pytest.fixture(scope="module", autouse=True)
 def neptune_home(tmp_path_factory):
     """Neptune's data folder in tmp, a fake token, and no way out to the network."""
-    pytest.importorskip("neptune")
     home = tmp_path_factory.mktemp("neptune-home")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("NEPTUNE_DATA_DIRECTORY", str(home / "data"))

@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+from tensorboard.util import tensor_util
 
 from obsbus import Callback, LoggerDestination, Run, Trainer
 from obsbus.callbacks import LRMonitor, MemoryMonitor, SpeedMonitor
@@ -20,11 +23,6 @@ from obsbus.loggers import InMemoryLogger
 from obsbus.loggers.tensorboard_logger import TensorboardLogger
 
 from ..helpers import regression_data, tiny_model
-
-event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
-plugin_data_pb2 = pytest.importorskip("tensorboard.plugins.hparams.plugin_data_pb2")
-api_pb2 = pytest.importorskip("tensorboard.plugins.hparams.api_pb2")
-tensor_util = pytest.importorskip("tensorboard.util.tensor_util")
 
 
 def read(path):
@@ -278,8 +276,9 @@ def test_images_text_tables_and_late_hyperparameters(tmp_path, caplog):
     acc = read(tmp_path / "run" / "tensorboard")
     red = acc.Images("red")  # inside batch b the batch count (the default step) is b - 1
     assert [(e.step, e.width, e.height) for e in red] == [(0, 5, 4), (1, 5, 4)]
-    pil = pytest.importorskip("PIL.Image")
     import io
+
+    from PIL import Image as pil
 
     pixel = pil.open(io.BytesIO(red[0].encoded_image_string)).convert("RGB").getpixel((0, 0))
     assert pixel == (255, 0, 0)

@@ -138,7 +138,6 @@ def the_run(run_folder: Path, timeout: float = 30.0) -> WandbRun:
 @pytest.fixture(scope="module", autouse=True)
 def wandb_home(tmp_path_factory):
     """wandb's folders in tmp, offline, fake credentials, and no way out to the network."""
-    pytest.importorskip("wandb")
     home = tmp_path_factory.mktemp("wandb-home")
     with pytest.MonkeyPatch.context() as mp:
         for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR",
@@ -374,7 +373,7 @@ def test_importing_the_module_does_not_import_wandb():
 
 
 def test_the_wandb_service_is_torn_down():
-    psutil = pytest.importorskip("psutil")
+    import psutil
     import wandb
 
     wandb.teardown()

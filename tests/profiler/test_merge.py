@@ -462,7 +462,7 @@ def test_the_input_is_not_modified():
 
 
 def test_a_real_torch_profiler_trace_merges(tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:

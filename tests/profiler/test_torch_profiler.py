@@ -220,7 +220,6 @@ def test_the_json_handler_merges_the_torch_traces_on_the_rank_row(tmp_path):
 
 
 def test_memory_timeline_html_is_written_and_uploaded(tmp_path):
-    pytest.importorskip("matplotlib")
     uploads = Uploads()
     profiler = Profiler(cyclic_schedule(warmup=0, active=1), torch_prof_folder="tt",
                         torch_prof_memory_filename="rank{rank}.{batch}.memory.html",
