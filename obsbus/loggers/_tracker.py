@@ -149,6 +149,12 @@ class TrackerDestination(LoggerDestination):
         """Primus's default project name, ``{work_group}_{user_name}``."""
         return f"{work_group}_{os_user()}"
 
+    def _step_now(self, step: int | None = None) -> int:
+        """``step`` if given, else the run's batch count (the step metrics are logged at)."""
+        if step is not None:
+            return step
+        return self._state.timestamp._batch if self._state is not None else 0
+
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         """Queue a client call; drop it (counted, reported once) when the client hangs.
 
@@ -229,10 +235,7 @@ class TrackerDestination(LoggerDestination):
     @override
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         if self._active:
-            if step is None:
-                state = self._state
-                step = state.timestamp._batch if state is not None else 0
-            self._held.append((step, dict(metrics)))
+            self._held.append((self._step_now(step), dict(metrics)))
 
     @override
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:

@@ -17,9 +17,11 @@ from obsbus.errors import MissingExtraError
 from obsbus.logger import Logger
 from obsbus.loggers._tensorboard_summaries import image_arrays
 from obsbus.loggers._tracker import RunInfo, TrackerDestination
+from obsbus.loggers._tracker_media import hold_images, hold_table, table_rows
 from obsbus.naming import check_placeholders
 from obsbus.state import State
 from obsbus.time import TimeLike
+from obsbus.values import HostValues
 
 __all__ = ["CometMLLogger"]
 
@@ -233,17 +235,16 @@ class CometMLLogger(TrackerDestination):
             if not self.online:  # offline means offline: no error reports to comet's Sentry
                 os.environ.setdefault("COMET_ERROR_TRACKING_ENABLE", "false")
 
-    def _current_step(self) -> int:
-        return self._state.timestamp._batch if self._state is not None else 0
-
     @override
     def log_images(
         self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
     ) -> None:
         if self._active:
-            step = self._current_step() if step is None else step
             channels_last = bool(kwargs.get("channels_last", False))
-            self._submit(self._write_images, images, name, step, channels_last)
+            # Snapshotted here (detached copies, no sync): the caller may change them next.
+            self._submit(
+                self._write_images, hold_images(images), name, self._step_now(step), channels_last
+            )
 
     @override
     def log_traces(self, traces: Mapping[str, Any]) -> None:
@@ -259,7 +260,7 @@ class CometMLLogger(TrackerDestination):
         step: int | None = None,
     ) -> None:
         if self._active:
-            self._submit(self._write_table, list(columns), [list(r) for r in rows], name)
+            self._submit(self._write_table, list(columns), *hold_table(rows), name)
 
     @override
     def can_upload_files(self) -> bool:
@@ -328,8 +329,11 @@ class CometMLLogger(TrackerDestination):
                 image, name=name if len(arrays) == 1 else f"{name}_{i}", step=step
             )
 
-    def _write_table(self, columns: list[str], rows: list[list[Any]], name: str) -> None:
-        self.experiment.log_table(f"{name}.csv", tabular_data=rows, headers=columns)
+    def _write_table(
+        self, columns: list[str], rows: list[list[Any]], pending: HostValues, name: str
+    ) -> None:
+        data = table_rows(rows, pending)
+        self.experiment.log_table(f"{name}.csv", tabular_data=data, headers=columns)
 
     @override
     def _client_finish(self, failed: bool) -> None:

@@ -28,7 +28,7 @@ from obsbus.loggers._mlflow_names import (
 from obsbus.loggers._mlflow_run import MlflowRun, open_run
 from obsbus.loggers._run_metadata import mask_credentials
 from obsbus.loggers._tracker import RunInfo, TrackerDestination
-from obsbus.loggers._wandb_media import hold_images, hold_table, image_arrays, table_rows
+from obsbus.loggers._tracker_media import hold_images, hold_table, image_arrays, table_rows
 from obsbus.run_folder import os_user
 from obsbus.state import State
 from obsbus.time import TimeLike
@@ -425,11 +425,6 @@ class MLFlowLogger(TrackerDestination):
         self, columns: list[str], rows: list[list[Any]], pending: HostValues, name: str, step: int
     ) -> None:
         self._live().log_table(columns, table_rows(rows, pending), name, step)
-
-    def _step_now(self, step: int | None) -> int:
-        if step is not None:
-            return step
-        return self._state.timestamp._batch if self._state is not None else 0
 
     def _flush_now(self) -> None:
         self._hand_over()

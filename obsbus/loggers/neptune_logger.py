@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from obsbus.errors import MissingExtraError
 from obsbus.loggers._tracker import RunInfo, TrackerDestination
-from obsbus.loggers._wandb_media import hold_images, hold_table, image_arrays, table_rows
+from obsbus.loggers._tracker_media import hold_images, hold_table, image_arrays, table_rows
 from obsbus.time import TimeLike
 from obsbus.values import HostValues
 
@@ -312,11 +312,6 @@ class NeptuneLogger(TrackerDestination):
         run.stop(seconds=self.close_timeout / 2)
 
     # --------------------------------------------- tables, images, traces
-    def _step_now(self, step: int | None) -> int:
-        if step is not None:
-            return step
-        return self._state.timestamp._batch if self._state is not None else 0
-
     @override
     def log_table(
         self,

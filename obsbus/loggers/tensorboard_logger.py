@@ -27,9 +27,11 @@ from obsbus.loggers._tensorboard_summaries import (
     text_summary,
 )
 from obsbus.loggers._tracker import RunInfo, TrackerDestination
+from obsbus.loggers._tracker_media import hold_images, hold_table, table_rows
 from obsbus.naming import check_placeholders
 from obsbus.state import State
 from obsbus.time import TimeLike
+from obsbus.values import HostValues
 
 __all__ = ["TensorboardLogger"]
 
@@ -281,23 +283,22 @@ class TensorboardLogger(TrackerDestination):
             self._submit(self._sync, True)
         super().exception(state, logger)
 
-    def _current_step(self) -> int:
-        return self._state.timestamp._batch if self._state is not None else 0
-
     @override
     def log_images(
         self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
     ) -> None:
         if self._active:
-            step = self._current_step() if step is None else step
             channels_last = bool(kwargs.get("channels_last", False))
-            self._submit(self._write_images, images, name, step, channels_last)
+            # Snapshotted here (detached copies, no sync): the caller may change them next.
+            self._submit(
+                self._write_images, hold_images(images), name, self._step_now(step), channels_last
+            )
 
     @override
     def log_traces(self, traces: Mapping[str, Any]) -> None:
         if self._active:
             texts = {f"traces/{k}": v for k, v in traces.items()}
-            self._submit(self._write_texts, texts, self._current_step())
+            self._submit(self._write_texts, texts, self._step_now())
 
     @override
     def log_table(
@@ -308,8 +309,9 @@ class TensorboardLogger(TrackerDestination):
         step: int | None = None,
     ) -> None:
         if self._active:
-            step = self._current_step() if step is None else step
-            self._submit(self._write_table, list(columns), [list(r) for r in rows], name, step)
+            self._submit(
+                self._write_table, list(columns), *hold_table(rows), name, self._step_now(step)
+            )
 
     # ------------------------------------------------------- writer thread
     @override
@@ -385,8 +387,10 @@ class TensorboardLogger(TrackerDestination):
         for tag, text in texts.items():
             self._write(text_summary(tag, str(text)), step)
 
-    def _write_table(self, columns: list[str], rows: list[list[Any]], name: str, step: int) -> None:
-        self._write(text_summary(name, markdown_table(columns, rows)), step)
+    def _write_table(
+        self, columns: list[str], rows: list[list[Any]], pending: HostValues, name: str, step: int
+    ) -> None:
+        self._write(text_summary(name, markdown_table(columns, table_rows(rows, pending))), step)
 
     def _write_images(self, images: Any, name: str, step: int, channels_last: bool) -> None:
         arrays = image_arrays(images, channels_last)

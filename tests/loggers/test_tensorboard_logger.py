@@ -364,3 +364,23 @@ def test_image_shapes_are_read_as_documented():
     assert image_arrays(np.array([[True, False]]))[0][:, :, 0].tolist() == [[255, 0]]
     with pytest.raises(ValueError, match=r"Can't read an image of shape \(2, 4, 5\)"):
         image_arrays(np.zeros((2, 4, 5)))  # 2 channels
+
+
+def test_images_and_table_cells_are_snapshotted_when_logged(tmp_path):
+    # The writer thread converts them later; changing the tensors after the call must not show.
+    image, cell = torch.zeros(3, 4, 5), torch.tensor(0.25)
+    with Run(max_duration="1ba", run_folder=tmp_path / "run",
+             loggers=[TensorboardLogger(log_git=False, log_env=False)]) as run:  # fmt: skip
+        for _ in run.train([[0]]):
+            run.logger.log_images(image, name="img")
+            run.logger.log_table(["v"], [[cell]], name="tbl")
+            image.fill_(1.0)
+            cell.fill_(9.0)
+    import io
+
+    from PIL import Image as pil
+
+    acc = read(tmp_path / "run" / "tensorboard")
+    pixel = pil.open(io.BytesIO(acc.Images("img")[0].encoded_image_string)).convert("RGB")
+    assert pixel.getpixel((0, 0)) == (0, 0, 0)
+    assert texts(acc, "tbl")[0] == (0, "| v |\n|---|\n| 0.25 |")

@@ -1,6 +1,6 @@
 """Images and tables for trackers: held on the training thread, turned into arrays on the writer.
 
-The tracker destinations (W&B, Neptune) receive images and tables that may
+The tracker destinations receive images and tables that may
 hold tensors, possibly on a device. On the training thread they are only
 snapshotted (tensors detached and cloned, an asynchronous copy, no device
 sync) so a later in-place update can't leak in; the writer thread turns
