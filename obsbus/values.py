@@ -34,9 +34,10 @@ class HostValues:
         self,
         order: list[str],
         plain: dict[str, Any],
-        groups: list[tuple[list[tuple[str, Any]], Any]],
+        groups: list[tuple[list[tuple[str, Any, Any]], Any]],
         events: list[Any],
     ) -> None:
+        # groups: ((key, torch.Size, dtype) of one device's tensors, their values on the host)
         self._order = order
         self._plain = plain
         self._groups = groups
@@ -48,14 +49,18 @@ class HostValues:
             event.synchronize()
         self._events = []
         converted = dict(self._plain)
-        for entries, host in self._groups:
-            flat = host.tolist()
-            offset = 0
-            for key, (shape, numel, kind) in entries:
-                chunk = [kind(v) for v in flat[offset : offset + numel]]
-                offset += numel
-                scalar = shape == () or (numel == 1 and len(shape) <= 1)
-                converted[key] = chunk[0] if scalar else _reshape(chunk, shape)
+        if self._groups:
+            import torch
+
+            for items, host in self._groups:
+                flat = host.tolist()
+                offset = 0
+                for key, size, dtype in items:  # converted here, off the training thread
+                    shape, numel, kind = tuple(size), math.prod(size), _python_type(dtype, torch)
+                    chunk = [kind(v) for v in flat[offset : offset + numel]]
+                    offset += numel
+                    scalar = shape == () or (numel == 1 and len(shape) <= 1)
+                    converted[key] = chunk[0] if scalar else _reshape(chunk, shape)
         return {key: converted[key] for key in self._order}
 
 
@@ -73,35 +78,34 @@ def to_host_async(values: Mapping[str, Any]) -> HostValues:
     :meth:`HostValues.result` where waiting is fine (a background writer).
     The stack snapshots the values, so later in-place changes don't leak in.
     """
+    torch = sys.modules.get("torch")
+    if torch is None:  # no tensor can exist
+        return HostValues(list(values), dict(values), [], [])
+    tensor_type = torch.Tensor
     plain: dict[str, Any] = {}
     by_device: dict[Any, list[tuple[str, Any]]] = {}
     for key, value in values.items():
-        if is_tensor(value):
+        if isinstance(value, tensor_type):
             by_device.setdefault(value.device, []).append((key, value))
         else:
             plain[key] = value
     if not by_device:
         return HostValues(list(values), plain, [], [])
-    import torch
-
-    groups: list[tuple[list[tuple[str, Any]], Any]] = []
+    groups: list[tuple[list[tuple[str, Any, Any]], Any]] = []
     events = []
     for device, items in by_device.items():
         flat = _flatten_float64(items, torch)
-        entries = [
-            (key, (tuple(t.shape), t.numel(), _python_type(t.dtype, torch))) for key, t in items
-        ]
         if device.type == "cuda":
             host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
             host.copy_(flat, non_blocking=True)
-            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            event = torch.cuda.Event()
             event.record()
             events.append(event)
         elif device.type == "cpu":
             host = flat
         else:
             host = flat.to("cpu")
-        groups.append((entries, host))
+        groups.append(([(key, t.shape, t.dtype) for key, t in items], host))
     return HostValues(list(values), plain, groups, events)
 
 

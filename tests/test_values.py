@@ -48,6 +48,10 @@ def test_async_result_is_a_snapshot():
     pending = to_host_async({"t": t})
     t.add_(41)  # a loop reusing its accumulator must not change what was logged
     assert pending.result() == {"t": 1.0}
+    v = torch.tensor([[1.0, 2.0]])
+    pending = to_host_async({"v": v, "after": torch.tensor(3.0)})
+    v.resize_(3, 1).fill_(0.0)  # nor a buffer resized in place (its shape is kept too)
+    assert pending.result() == {"v": [[1.0, 2.0]], "after": 3.0}
 
 
 class SyncsPerBatch(Callback):

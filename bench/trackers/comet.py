@@ -21,11 +21,11 @@ def _quiet_comet(tmp: pathlib.Path) -> None:
     os.environ.setdefault("COMET_DISABLE_ANNOUNCEMENT", "1")
 
 
-def make_destination(tmp: pathlib.Path) -> Any:
+def make_destination(tmp: pathlib.Path, **kwargs: Any) -> Any:
     from obsbus.loggers.comet_ml_logger import CometMLLogger
 
     _quiet_comet(tmp)
-    return CometMLLogger(online=False, offline_directory=tmp / "comet")
+    return CometMLLogger(online=False, offline_directory=tmp / "comet", **kwargs)
 
 
 def make_direct(tmp: pathlib.Path) -> tuple[Callable[[dict, int], None], Callable[[], None]]:

@@ -19,7 +19,7 @@ def _offline() -> None:
     os.environ.setdefault("DO_NOT_TRACK", "true")
 
 
-def make_destination(tmp: pathlib.Path) -> Any:
+def make_destination(tmp: pathlib.Path, **kwargs: Any) -> Any:
     """An MLFlowLogger logging to ``tmp/mlflow-obsbus.db`` (one batch per 10 s, its default)."""
     _offline()
     from obsbus.loggers.mlflow_logger import MLFlowLogger
@@ -29,6 +29,7 @@ def make_destination(tmp: pathlib.Path) -> Any:
         tracking_uri=f"sqlite:///{pathlib.Path(tmp).absolute() / 'mlflow-obsbus.db'}",
         log_env=False,
         log_git=False,
+        **kwargs,
     )
 
 

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 
-def make_destination(tmp: pathlib.Path) -> Any:
+def make_destination(tmp: pathlib.Path, **kwargs: Any) -> Any:
     from obsbus.loggers.neptune_logger import NeptuneLogger
 
-    return NeptuneLogger(project="bench", mode="offline")
+    return NeptuneLogger(project="bench", mode="offline", **kwargs)
 
 
 def make_direct(tmp: pathlib.Path) -> tuple[Callable[[dict, int], None], Callable[[], None]]:

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 
-def make_destination(tmp: pathlib.Path) -> Any:
+def make_destination(tmp: pathlib.Path, **kwargs: Any) -> Any:
     from obsbus.loggers.tensorboard_logger import TensorboardLogger
 
-    return TensorboardLogger(log_dir=tmp / "tensorboard")
+    return TensorboardLogger(log_dir=tmp / "tensorboard", **kwargs)
 
 
 def make_direct(tmp: pathlib.Path) -> tuple[Callable[[dict, int], None], Callable[[], None]]:

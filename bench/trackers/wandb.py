@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 
-def make_destination(tmp: pathlib.Path) -> Any:
+def make_destination(tmp: pathlib.Path, **kwargs: Any) -> Any:
     from obsbus.loggers.wandb_logger import WandBLogger
 
-    return WandBLogger(project="bench", mode="offline", save_dir=tmp)
+    return WandBLogger(project="bench", mode="offline", save_dir=tmp, **kwargs)
 
 
 def make_direct(tmp: pathlib.Path) -> tuple[Callable[[dict, int], None], Callable[[], None]]:

@@ -3,8 +3,10 @@
 A tracker's client (``wandb``, ``mlflow``, ``comet_ml``, ...) is slow, may
 hang and may raise. :class:`TrackerDestination` keeps all of that off the
 training thread: ``log_metrics`` only holds the values (tensors stay
-tensors); at each ``log_interval`` the held values move to the host in one
-transfer and a :class:`~obsbus.BackgroundWriter` hands them to the client.
+tensors); at a ``log_interval`` at least ``write_period`` seconds after the
+last hand-over, every held value moves to the host in one transfer and a
+:class:`~obsbus.BackgroundWriter` hands them to the client, each at its own
+step (rows of one step with different keys merged into one call).
 The client is started, fed and finished on that thread only. A client that
 fails to start is reported once and the destination goes quiet; one that
 hangs fills its queue, after which new writes are dropped and counted
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -42,6 +45,9 @@ __all__ = ["RunInfo", "TrackerDestination"]
 
 log = logging.getLogger("obsbus")
 
+#: Rows (``log_metrics`` calls) held before a hand-over whatever ``write_period`` says.
+MAX_HELD_STEPS = 1024
+
 
 @dataclass(frozen=True)
 class RunInfo:
@@ -59,7 +65,15 @@ class TrackerDestination(LoggerDestination):
     """Base class of the tracker destinations; see the module docstring.
 
     Args:
-        log_interval: how often held metrics are handed to the client.
+        log_interval: when held metrics may be handed to the client (in batches).
+        write_period: seconds; held metrics go to the writer at the first
+            ``log_interval`` at least this long after the last hand-over (and
+            at eval end, fit end, an exception and close). Every metric is still
+            written at its own step; fewer, larger hand-overs cost the training
+            thread one transfer and one queue put per period instead of per
+            interval, and the client's work comes in bursts. ``0``: at every
+            ``log_interval``. At most ``MAX_HELD_STEPS`` (1024) rows are held whatever
+            the period.
         rank_zero_only: only one rank logs (``logging_rank``); otherwise every rank.
         logging_rank: the rank that logs when ``rank_zero_only``: an int or
             ``"last"`` (``world_size - 1``, MLflow's choice in Megatron).
@@ -80,11 +94,20 @@ class TrackerDestination(LoggerDestination):
         logging_rank: int | Literal["last"] = 0,
         log_env: bool = True,
         log_git: bool = True,
+        write_period: float = 1.0,
         close_timeout: float = 30.0,
         max_queue_size: int = 1024,
     ) -> None:
         cls = type(self).__name__
         self.log_interval = LogInterval(log_interval, f"{cls} log_interval", TimeUnit.BATCH)
+        if isinstance(write_period, bool) or not isinstance(write_period, (int, float)):
+            raise TypeError(
+                f"{cls} write_period must be a number of seconds, got {write_period!r}."
+            )
+        if not write_period >= 0 or math.isinf(write_period):
+            raise ValueError(
+                f"{cls} write_period must be >= 0 seconds and finite, got {write_period!r}."
+            )
         if logging_rank != "last" and (
             isinstance(logging_rank, bool) or not isinstance(logging_rank, int) or logging_rank < 0
         ):
@@ -99,11 +122,13 @@ class TrackerDestination(LoggerDestination):
         self.logging_rank = logging_rank
         self.log_env = log_env
         self.log_git = log_git
+        self.write_period = float(write_period)
         self.close_timeout = float(close_timeout)
         self.name = cls
         self._writer = BackgroundWriter(cls, max_queue_size=max_queue_size)
         self._state: State | None = None
         self._held: list[tuple[int, dict[str, Any]]] = []
+        self._handed_at = -math.inf  # time.monotonic() of the last hand-over
         self._active = False
         self._started = False
         self._client_ready = False
@@ -142,7 +167,10 @@ class TrackerDestination(LoggerDestination):
 
     @property
     def undelivered_writes(self) -> int:
-        """Writes not delivered: dropped while the client hung, or skipped as it never started."""
+        """Writes not delivered: dropped while the client hung, or skipped as it never started.
+
+        Each ``log_metrics`` call counts as one write, however they were batched.
+        """
         return self._dropped + self._skipped
 
     def default_project(self, work_group: str = "default") -> str:
@@ -162,6 +190,8 @@ class TrackerDestination(LoggerDestination):
         that has made no progress for that long gets its writes dropped at
         once, so a hung tracker costs training one wait, not the run.
         """
+        if self._held and fn != self._write_held:
+            self._hand_over()  # the client sees calls in the order they were made
         writer = self._writer
         stalled = writer.pending >= writer.max_queue_size and (
             time.monotonic() - self._last_progress > self.close_timeout
@@ -170,8 +200,9 @@ class TrackerDestination(LoggerDestination):
             self._run_client, fn, args, timeout=self.close_timeout
         ):
             return
-        self._dropped += 1
-        if self._dropped == 1:
+        first = self._dropped == 0
+        self._dropped += self._writes_in(fn, args)
+        if first:
             log.error(
                 "obsbus: %s has made no progress for %.1fs and its queue is full; "
                 "further writes are dropped and counted so training goes on.",
@@ -179,12 +210,16 @@ class TrackerDestination(LoggerDestination):
                 self.close_timeout,
             )
 
+    def _writes_in(self, fn: Callable[..., None], args: tuple[Any, ...]) -> int:
+        """How many writes a queued call holds (a metrics hand-over: one per row)."""
+        return len(args[0]) if fn == self._write_held else 1
+
     def _run_client(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
             if self._client_ready or fn == self._start_client:
                 fn(*args)
             elif fn != self._client_finish:
-                self._skipped += 1
+                self._skipped += self._writes_in(fn, args)
         finally:
             self._last_progress = time.monotonic()
 
@@ -263,23 +298,41 @@ class TrackerDestination(LoggerDestination):
         if not self._held:
             return
         held, self._held = self._held, []
+        self._handed_at = time.monotonic()
         values = {f"{i}\x00{k}": v for i, (_, m) in enumerate(held) for k, v in m.items()}
         self._submit(self._write_held, held, to_host_async(values))
 
+    def _hand_over_if_due(self) -> None:
+        """Hand over when ``write_period`` has passed since the last one, or too much is held."""
+        if (
+            len(self._held) >= MAX_HELD_STEPS
+            or time.monotonic() - self._handed_at >= self.write_period
+        ):
+            self._hand_over()
+
     def _write_held(self, held: list[tuple[int, dict[str, Any]]], pending: HostValues) -> None:
+        """Consecutive rows of one step with different keys go to the client as one call."""
         numbers = pending.result()
+        row: dict[str, Any] = {}
+        row_step = held[0][0]
         for i, (step, metrics) in enumerate(held):
-            self._client_log_metrics({k: numbers[f"{i}\x00{k}"] for k in metrics}, step)
+            if row and (step != row_step or not row.keys().isdisjoint(metrics)):
+                self._client_log_metrics(row, row_step)
+                row = {}
+            row_step = step
+            row.update({k: numbers[f"{i}\x00{k}"] for k in metrics})
+        if row:
+            self._client_log_metrics(row, row_step)
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
         if self._held and self.log_interval.at_batch_end(state):
-            self._hand_over()
+            self._hand_over_if_due()
 
     @override
     def epoch_end(self, state: State, logger: Logger) -> None:
         if self._held and (self.log_interval.epochs == 0 or self.log_interval.at_epoch_end(state)):
-            self._hand_over()
+            self._hand_over_if_due()
 
     @override
     def eval_end(self, state: State, logger: Logger) -> None:

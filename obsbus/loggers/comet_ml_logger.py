@@ -89,6 +89,9 @@ class CometMLLogger(TrackerDestination):
             ``OfflineExperiment`` (not ``api_key``: use ``COMET_API_KEY``).
         log_env: record the environment (secrets dropped) as parameters.
         log_git: record git commit/branch/dirty as others and ``system/git_metadata.json``.
+        write_period: seconds between hand-overs of held metrics to the writer
+            thread (each still at its own step); see
+            :class:`~obsbus.loggers._tracker.TrackerDestination`.
         close_timeout: seconds ``close`` waits for comet before giving up (comet
             sends what it holds, or offline writes the zip, in ``end()``; raise
             it for very large runs).
@@ -122,6 +125,7 @@ class CometMLLogger(TrackerDestination):
         exp_kwargs: Mapping[str, Any] | None = None,
         log_env: bool = True,
         log_git: bool = True,
+        write_period: float = 1.0,
         close_timeout: float = 30.0,
     ) -> None:
         cls = type(self).__name__
@@ -166,6 +170,7 @@ class CometMLLogger(TrackerDestination):
             rank_zero_only=rank_zero_only,
             log_env=log_env,
             log_git=log_git,
+            write_period=write_period,
             close_timeout=close_timeout,
         )
         self.workspace = workspace

@@ -140,7 +140,8 @@ class MLFlowLogger(TrackerDestination):
         upload_logs: upload log files (Primus ``mlflow_upload_logs``).
         upload_performance_metrics: send the performance metric keys
             (Primus ``mlflow_upload_performance_metrics``).
-        log_interval, logging_rank, log_env, log_git, close_timeout, max_queue_size:
+        log_interval, logging_rank, log_env, log_git, write_period, close_timeout,
+            max_queue_size:
             see :class:`~obsbus.loggers._tracker.TrackerDestination`.
 
     Example:
@@ -179,6 +180,7 @@ class MLFlowLogger(TrackerDestination):
         logging_rank: int | Literal["last"] = "last",
         log_env: bool = True,
         log_git: bool = True,
+        write_period: float = 1.0,
         close_timeout: float = 30.0,
         max_queue_size: int = 1024,
     ) -> None:
@@ -191,6 +193,7 @@ class MLFlowLogger(TrackerDestination):
             logging_rank=logging_rank,
             log_env=log_env,
             log_git=log_git,
+            write_period=write_period,
             close_timeout=close_timeout,
             max_queue_size=max_queue_size,
         )

@@ -95,7 +95,8 @@ class NeptuneLogger(TrackerDestination):
         params_namespace: where hyperparameters and the environment go.
         upload_artifacts: store ``upload_file`` files under ``files/``.
         rank_zero_only: only one rank logs (``logging_rank``); else one run per rank.
-        log_interval, logging_rank, log_env, log_git, close_timeout, max_queue_size:
+        log_interval, logging_rank, log_env, log_git, write_period, close_timeout,
+            max_queue_size:
             see :class:`~obsbus.loggers._tracker.TrackerDestination`.
         neptune_kwargs: more ``neptune.init_run`` arguments
             (``capture_hardware_metrics``, ``custom_run_id``, ``with_id``, ...).
@@ -129,6 +130,7 @@ class NeptuneLogger(TrackerDestination):
         logging_rank: int | Literal["last"] = 0,
         log_env: bool = True,
         log_git: bool = True,
+        write_period: float = 1.0,
         close_timeout: float = 30.0,
         max_queue_size: int = 1024,
         **neptune_kwargs: Any,
@@ -142,6 +144,7 @@ class NeptuneLogger(TrackerDestination):
             logging_rank=logging_rank,
             log_env=log_env,
             log_git=log_git,
+            write_period=write_period,
             close_timeout=close_timeout,
             max_queue_size=max_queue_size,
         )

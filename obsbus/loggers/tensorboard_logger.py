@@ -133,6 +133,9 @@ class TensorboardLogger(TrackerDestination):
             switches; see the list above.
         log_env: record the environment (secrets dropped) as hyperparameters.
         log_git: record the git commit, branch and dirtiness as hyperparameters.
+        write_period: seconds between hand-overs of held metrics to the writer
+            thread (each still at its own step); see
+            :class:`~obsbus.loggers._tracker.TrackerDestination`.
         close_timeout: seconds ``close`` waits for the writes before giving up.
 
     Example:
@@ -169,6 +172,7 @@ class TensorboardLogger(TrackerDestination):
         log_validation_ppl: bool = False,
         log_env: bool = True,
         log_git: bool = True,
+        write_period: float = 1.0,
         close_timeout: float = 30.0,
     ) -> None:
         cls = type(self).__name__
@@ -201,6 +205,7 @@ class TensorboardLogger(TrackerDestination):
             rank_zero_only=rank_zero_only,
             log_env=log_env,
             log_git=log_git,
+            write_period=write_period,
             close_timeout=close_timeout,
         )
         self.log_learning_rate = log_learning_rate

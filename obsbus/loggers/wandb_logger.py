@@ -110,7 +110,8 @@ class WandBLogger(TrackerDestination):
             ``"disabled"`` or ``"shared"``; default ``$WANDB_MODE`` or online.
             Online without ``WANDB_API_KEY`` is warned about at start.
         save_dir: the folder W&B writes its ``wandb/`` folder into.
-        log_interval, logging_rank, log_env, log_git, close_timeout, max_queue_size:
+        log_interval, logging_rank, log_env, log_git, write_period, close_timeout,
+            max_queue_size:
             see :class:`~obsbus.loggers._tracker.TrackerDestination`.
 
     Example:
@@ -143,6 +144,7 @@ class WandBLogger(TrackerDestination):
         logging_rank: int | Literal["last"] = 0,
         log_env: bool = True,
         log_git: bool = True,
+        write_period: float = 1.0,
         close_timeout: float = 30.0,
         max_queue_size: int = 1024,
     ) -> None:
@@ -155,6 +157,7 @@ class WandBLogger(TrackerDestination):
             logging_rank=logging_rank,
             log_env=log_env,
             log_git=log_git,
+            write_period=write_period,
             close_timeout=close_timeout,
             max_queue_size=max_queue_size,
         )

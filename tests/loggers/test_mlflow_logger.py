@@ -492,7 +492,9 @@ def test_a_server_killed_mid_run_costs_no_training_and_no_other_destination(
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
-    mlf = MLFlowLogger(tracking_uri=server_uri, flush_interval=0, close_timeout=10, log_env=False)
+    mlf = MLFlowLogger(
+        tracking_uri=server_uri, flush_interval=0, write_period=0, close_timeout=10, log_env=False
+    )
     memory, files = InMemoryLogger(), FileLogger()
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="obsbus"):

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import logging
+import math
 import subprocess
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
 from obsbus import Run
+from obsbus.loggers import _tracker
 from obsbus.loggers._run_metadata import environment_snapshot, mask_credentials, redact
 from obsbus.loggers._tracker import RunInfo, TrackerDestination
 
@@ -51,6 +54,10 @@ class FakeTracker(TrackerDestination):
     def _client_finish(self, failed: bool) -> None:
         self._record("finish", failed)
 
+    def _write_held(self, held: list[tuple[int, dict[str, Any]]], pending: Any) -> None:
+        self._record("hand-over", [step for step, _ in held])
+        super()._write_held(held, pending)
+
     def of(self, kind: str) -> list[Any]:
         return [value for name, value in self.calls if name == kind]
 
@@ -79,7 +86,7 @@ def test_metrics_reach_the_client_as_numbers_on_the_writer_thread_at_each_interv
 
 
 def test_values_stay_tensors_until_the_interval():
-    tracker = FakeTracker(log_interval="3ba", log_env=False, log_git=False)
+    tracker = FakeTracker(log_interval="3ba", write_period=0, log_env=False, log_git=False)
     held: list[Any] = []
     with Run(max_duration="2ba", loggers=[tracker]) as run:
         for _ in run.train([[0], [0]]):
@@ -87,6 +94,70 @@ def test_values_stay_tensors_until_the_interval():
             run.state.loss = torch.tensor(1.0)
     assert len(held) == 1 and isinstance(held[0], torch.Tensor)  # batch 1's, while in batch 2
     assert [step for step, _ in tracker.of("metrics")] == [1, 2]  # delivered at fit end
+
+
+def test_write_period_0_hands_over_at_every_interval():
+    tracker = FakeTracker(log_interval="2ba", write_period=0, log_env=False, log_git=False)
+    _train(tracker, batches=5)
+    assert tracker.of("hand-over") == [[1, 2], [3, 4], [5]]  # the last one at fit end
+
+
+def test_held_rows_are_handed_over_once_per_write_period(monkeypatch):
+    clock = SimpleNamespace(t=0.0)
+    monkeypatch.setattr(_tracker, "time", SimpleNamespace(monotonic=lambda: clock.t))
+    tracker = FakeTracker(write_period=5, log_env=False, log_git=False)
+    with Run(max_duration="10ba", loggers=[tracker]) as run:
+        for i, _ in enumerate(run.train([[0]] * 10)):
+            clock.t += 1.0  # batch i + 1 ends at t = i + 1
+            run.state.loss = torch.tensor(float(i))
+    # the first at once; then at the first interval 5 s after the last; the rest at fit end
+    assert tracker.of("hand-over") == [[1], [2, 3, 4, 5, 6], [7, 8, 9, 10]]
+    assert [(s, v["loss/train/total"]) for s, v in tracker.of("metrics")] == [
+        (i + 1, float(i)) for i in range(10)
+    ]
+
+
+def test_at_most_max_held_steps_rows_wait_whatever_the_period(monkeypatch):
+    monkeypatch.setattr(_tracker, "MAX_HELD_STEPS", 3)
+    tracker = FakeTracker(write_period=3600, log_env=False, log_git=False)
+    _train(tracker, batches=7)
+    assert tracker.of("hand-over") == [[1], [2, 3, 4], [5, 6, 7]]
+
+
+def test_rows_of_one_step_become_one_client_call_unless_a_key_repeats():
+    tracker = FakeTracker(write_period=3600, log_env=False, log_git=False)
+    with Run(max_duration="2ba", loggers=[tracker]) as run:
+        for i, _ in enumerate(run.train([[0]] * 2)):
+            run.logger.log_metrics({"a": torch.tensor(float(i))})
+            run.logger.log_metrics({"b": torch.tensor(10.0 + i)})
+            run.logger.log_metrics({"a": 20.0 + i})
+    assert tracker.of("metrics") == [
+        (0, {"a": 0.0, "b": 10.0}),
+        (0, {"a": 20.0}),
+        (1, {"a": 1.0, "b": 11.0}),
+        (1, {"a": 21.0}),
+    ]
+
+
+def test_the_client_sees_calls_in_the_order_they_were_made(tmp_path):
+    tracker = FakeTracker(write_period=3600, log_env=False, log_git=False)
+    path = tmp_path / "f.txt"
+    path.write_text("x")
+    with Run(max_duration="3ba", loggers=[tracker]) as run:
+        for i, _ in enumerate(run.train([[0]] * 3)):
+            run.logger.log_metrics({"m": i})
+            if i == 1:
+                run.logger.log_hyperparameters({"late": True})
+                run.logger.upload_file("f.txt", path)
+    order = [(n, v[0] if n == "metrics" else None) for n, v in tracker.calls if n != "hand-over"]
+    assert order[1:] == [
+        ("metrics", 0),
+        ("metrics", 1),
+        ("params", None),
+        ("upload", None),
+        ("metrics", 2),
+        ("finish", None),
+    ]
 
 
 def test_hyperparameters_are_flattened_and_the_environment_has_no_secrets(monkeypatch):
@@ -210,8 +281,24 @@ def test_a_hanging_client_can_not_hang_training_or_close(caplog):
         ({"close_timeout": 0}, ValueError, "close_timeout must be > 0 seconds, got 0"),
         ({"close_timeout": "1"}, TypeError, "close_timeout must be a number, got '1'"),
         ({"log_interval": "5sp"}, ValueError, "FakeTracker log_interval '5sp'"),
+        ({"write_period": -1}, ValueError, "write_period must be >= 0 seconds and finite, got -1"),
+        ({"write_period": math.inf}, ValueError, "finite, got inf"),
+        ({"write_period": math.nan}, ValueError, "finite, got nan"),
+        ({"write_period": "1s"}, TypeError, "write_period must be a number of seconds, got '1s'"),
+        ({"write_period": True}, TypeError, "got True"),
     ],
-    ids=["negative-rank", "rank-name", "zero-timeout", "str-timeout", "sample-interval"],
+    ids=[
+        "negative-rank",
+        "rank-name",
+        "zero-timeout",
+        "str-timeout",
+        "sample-interval",
+        "negative-period",
+        "inf-period",
+        "nan-period",
+        "str-period",
+        "bool-period",
+    ],
 )
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
