@@ -99,8 +99,11 @@ class NaNMonitor(Callback):
     """Stops, or reports, a run whose loss goes NaN or Inf, naming the first bad batch.
 
     The check costs no host sync on most steps (Megatron and Primus sync on
-    every step for theirs), and no kernel either: at ``after_loss`` (each
-    microbatch) the detached loss is kept with its batch number. Every
+    every step for theirs), and no kernel either: at ``after_train_batch``
+    the batch's loss (``state.loss``, which ``Run`` has already detached: the
+    mean or weighted sum of the microbatch losses, what it logs as
+    ``loss/train/total``; non-finite exactly when a microbatch loss is, short
+    of a sum that overflows) is kept with its batch number. Every
     ``check_interval``, and at ``fit_end``, the kept losses are stacked and
     summed in float64 on their device (a sum is finite exactly when every
     part is) and that sum is read back: one transfer per device, a few
@@ -112,10 +115,11 @@ class NaNMonitor(Callback):
     hears of it. A loss that is a
     dict, list or tuple of tensors (or nested) is bad if any part is; a
     Python number is checked on the host. Loops that never call
-    ``run.loss`` and only set ``state.loss`` are checked at
-    ``after_train_batch``. Evaluation losses are not checked.
+    ``run.loss`` and only set ``state.loss`` are checked the same way.
+    Evaluation losses are not checked.
 
-    ``mode="immediate"`` reads the flag back at once, every microbatch: a
+    ``mode="immediate"`` checks each microbatch loss at ``after_loss`` and
+    reads the flag back at once: a
     host sync each time. With ``on_nan="raise"`` the run stops inside the
     bad batch, before its backward pass and optimizer step, so the weights
     are still finite. For debugging.
@@ -233,14 +237,18 @@ class NaNMonitor(Callback):
     def _fold_loss(self, loss: Any, batch: int) -> None:
         tensors: list[Any] = []
         numbers: list[float] = []
-        _flatten(loss, tensors, numbers)
+        torch_module = sys.modules.get("torch")
+        if torch_module is not None and type(loss) is torch_module.Tensor:  # usual: no walk
+            tensors.append(loss)
+        else:
+            _flatten(loss, tensors, numbers)
         if any(not math.isfinite(n) for n in numbers):
             self._host_first_bad = min(self._host_first_bad, batch)
             self._unchecked = True
         if tensors and not self._immediate:
             kept = self._kept
-            for t in tensors:
-                kept.append((batch, t.detach()))
+            for t in tensors:  # Run's batch loss is detached already: no kernel then
+                kept.append((batch, t.detach() if t.requires_grad else t))
             if len(kept) >= _STACK_EVERY:
                 self._stack_kept()
             self._unchecked = True
@@ -255,7 +263,7 @@ class NaNMonitor(Callback):
         self._folded_batch = batch
 
     def _stack_kept(self) -> None:
-        """Stack the kept losses into one float64 tensor per device (no transfer)."""
+        """Stack the kept losses into one tensor per device (no transfer; dtypes promote)."""
         import torch
 
         kept, self._kept = self._kept, []
@@ -267,11 +275,11 @@ class NaNMonitor(Callback):
                 t = t.reshape(()) if t.numel() == 1 else t.sum(dtype=torch.float64)
             values.append(t)
         for device, (batches, values) in by_device.items():
-            stacked = torch.stack(values).to(torch.float64)
+            stacked = torch.stack(values)
             self._stacked.setdefault(device, []).append((batches, stacked))
 
     def _take_kept(self) -> list[tuple[list[int], torch.Tensor]]:
-        """Every loss kept since the last check: one ``(batches, float64 values)`` per device."""
+        """Every loss kept since the last check: one ``(batches, values)`` per device."""
         import torch
 
         if self._kept:
@@ -298,10 +306,9 @@ class NaNMonitor(Callback):
 
     @override
     def after_loss(self, state: State, logger: Logger) -> None:
-        if state.loss is not None:
+        if self._immediate and state.loss is not None:  # deferred: once a batch, below
             self._fold_loss(state.loss, state.timestamp._batch + 1)
-            if self._immediate:
-                self._check(state, logger)
+            self._check(state, logger)
 
     @override
     def after_backward(self, state: State, logger: Logger) -> None:
@@ -330,7 +337,7 @@ class NaNMonitor(Callback):
     @override
     def after_train_batch(self, state: State, logger: Logger) -> None:
         batch = state.timestamp._batch + 1
-        if self._folded_batch != batch and state.loss is not None:  # a loop without run.loss
+        if self._folded_batch != batch and state.loss is not None:  # immediate: not twice
             self._fold_loss(state.loss, batch)
             if self._immediate:
                 self._check(state, logger)
@@ -379,7 +386,11 @@ class NaNMonitor(Callback):
         keys = list(self._flags)
         kept = self._take_kept()
         due = {str(i): self._flags[key] for i, key in enumerate(keys)}
-        due.update({f"kept{i}": v.sum() for i, (_, v) in enumerate(kept)})
+        if kept:
+            import torch
+
+            # float64: a sum of finite float16/float32 values can't overflow it
+            due.update({f"kept{i}": v.sum(dtype=torch.float64) for i, (_, v) in enumerate(kept)})
         values = to_host(due)  # one transfer per device
         for i, key in enumerate(keys):
             first = values[str(i)]

@@ -49,7 +49,7 @@ def _by_device(tensors: list[torch.Tensor]) -> dict[Any, list[int]]:
 def _target_device(tensors: list[torch.Tensor]) -> torch.device:
     """Where per-device results meet: the first accelerator, so nothing waits on a copy to host."""
     for t in tensors:
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             return t.device
     return tensors[0].device
 
@@ -110,10 +110,22 @@ def fused_l2_norms_of_groups(
 
     half = (torch.float16, torch.bfloat16)
     flat = [t for group in groups for t in group]
+    by_device = _by_device(flat)
+    if len(by_device) == 1 and all(groups):  # one device and dtype class: the usual case
+        ((_, wide),) = by_device
+        dtype = torch.float32 if not wide and any(t.dtype in half for t in flat) else None
+        norms = torch._foreach_norm(flat, 2, dtype=dtype)
+        stacked = torch.stack(norms)
+        sizes = [len(group) for group in groups]
+        if len(groups) > 1 and len(set(sizes)) == 1:  # e.g. gradients and parameters
+            rows = stacked.view(len(groups), sizes[0])
+            return list(torch.linalg.vector_norm(rows, dim=1).unbind()), list(norms)
+        pieces = torch.split(stacked, sizes) if len(groups) > 1 else (stacked,)
+        return [torch.linalg.vector_norm(piece) for piece in pieces], list(norms)
     owner = [k for k, group in enumerate(groups) for _ in group]
     each: list[Any] = [None] * len(flat)
     parts: list[list[torch.Tensor]] = [[] for _ in groups]
-    for (_, wide), indices in _by_device(flat).items():
+    for (_, wide), indices in by_device.items():
         tensors = [flat[i] for i in indices]
         # float32 norms for half-precision tensors; float64 ones keep float64.
         dtype = torch.float32 if not wide and any(t.dtype in half for t in tensors) else None

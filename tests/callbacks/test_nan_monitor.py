@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from obsbus import Event, Logger, Run, State, Timestamp, Trainer
+from obsbus import Callback, Event, Logger, Run, State, Timestamp, Trainer
 from obsbus.callbacks.nan_monitor import NaNMonitor, NonFiniteLossError
 from obsbus.loggers import InMemoryLogger
 
@@ -296,3 +296,24 @@ def test_mixed_dtypes_and_a_finite_sum_that_overflows_are_not_reported():
     losses[3] = torch.tensor([2.0, float("nan")])
     with pytest.raises(NonFiniteLossError, match="at batch 4"):
         _run_losses(NaNMonitor("10ba"), losses)
+
+
+@pytest.mark.parametrize("weights", [None, (0.5, 0.5)], ids=["mean", "weighted"])
+def test_a_bad_microbatch_names_its_batch_in_deferred_mode(weights):
+    kept_graphs = []
+
+    class Spy(Callback):
+        def batch_end(self, state, logger):
+            kept_graphs.extend(t.grad_fn for _, t in monitor._kept)
+
+    monitor = NaNMonitor("10ba")
+    w = torch.ones(1, requires_grad=True)
+    micro = {2: [1.0, float("inf")], 1: [1.0, 2.0], 3: [0.5, 0.5]}
+    with pytest.raises(NonFiniteLossError, match="at batch 2, found by the check after batch 3"):  # noqa: SIM117
+        with Run(max_duration="3ba", callbacks=[monitor, Spy()]) as run:
+            for (batch,) in run.train([[1], [2], [3]]):
+                for i, value in enumerate(micro[batch]):
+                    weight = None if weights is None else weights[i]
+                    loss = run.loss(lambda v: (w * v).sum(), value, weight=weight)
+                    run.backward(loss)
+    assert kept_graphs and all(fn is None for fn in kept_graphs)  # no autograd graph kept
