@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -322,15 +322,14 @@ class Run:
         if self._loss_parts:
             state.loss = _combine(self._loss_parts)  # already detached
         elif state.loss is not None:  # set by the user's loop
-            detached = getattr(state.loss, "detach", None)
-            state.loss = detached() if callable(detached) else state.loss
+            state.loss = _detached(state.loss)
         run_event(_AFTER_TRAIN_BATCH)
         state.timestamp = state.timestamp.to_next_batch(
             state.batch_num_samples, state.batch_num_tokens, self._elapsed()
         )
         if state.loss is not None:
             # Logged once the batch is counted, so its step matches what monitors log at batch_end.
-            self.logger.log_metrics({"loss/train/total": state.loss})
+            self.logger.log_metrics(_loss_metrics(state.loss))
         run_event(_BATCH_END)
         if self._eval_interval is not None:
             self._maybe_eval(_BATCH_END)
@@ -388,7 +387,9 @@ class Run:
         In training, fires ``before_loss``/``after_loss``; ``state.loss`` holds
         the microbatch loss during ``after_loss`` (a callback may replace it)
         and the batch's loss afterwards: the mean of the microbatch losses, or
-        their ``weight``-weighted sum when weights are given. In evaluation,
+        their ``weight``-weighted sum when weights are given (a dict or list
+        loss is combined key by key, and logged as ``loss/train/{key}`` with
+        ``loss/train/total`` its ``"total"`` entry or the sum). In evaluation,
         the loss is averaged over samples into ``metrics/{label}/loss``.
         Returns the (possibly replaced) loss; nothing here syncs the device.
         """
@@ -404,8 +405,7 @@ class Run:
         self.state.loss = fn(*args, **kwargs)
         self.engine.run_event(_AFTER_LOSS)
         loss = self.state.loss
-        detached = getattr(loss, "detach", None)
-        self._loss_parts.append((detached() if callable(detached) else loss, weight))
+        self._loss_parts.append((_detached(loss), weight))
         return loss
 
     def backward(self, loss: Any = None, **kwargs: Any) -> None:
@@ -494,9 +494,67 @@ class Run:
         self._mode = saved
 
 
+def _detached(loss: Any) -> Any:
+    """``loss`` without its autograd graph: a tensor, or a dict/list/tuple of them."""
+    detach = getattr(loss, "detach", None)
+    if callable(detach):
+        return detach()
+    if isinstance(loss, Mapping):
+        return {key: _detached(value) for key, value in loss.items()}
+    if isinstance(loss, (list, tuple)):
+        return [_detached(value) for value in loss]
+    return loss
+
+
+def _loss_metrics(loss: Any) -> dict[str, Any]:
+    """What ``Run`` logs for a batch loss (as Composer): ``loss/train/total``, and for a
+    dict (list) loss ``loss/train/{key}`` (``{index}``) too, the total being its ``"total"``
+    entry or else the sum of the parts."""
+    if isinstance(loss, Mapping):
+        metrics = {f"loss/train/{key}": value for key, value in loss.items()}
+        if "total" not in loss:
+            metrics["loss/train/total"] = _sum(list(loss.values()))
+        return metrics
+    if isinstance(loss, (list, tuple)):
+        metrics = {f"loss/train/{i}": value for i, value in enumerate(loss)}
+        metrics["loss/train/total"] = _sum(list(loss))
+        return metrics
+    return {"loss/train/total": loss}
+
+
+def _sum(values: list[Any]) -> Any:
+    total = values[0] if values else 0.0
+    for value in values[1:]:
+        total = total + value
+    return total
+
+
 def _combine(parts: list[tuple[Any, float | None]]) -> Any:
+    """The batch loss from its microbatch losses: their mean, or their weighted sum.
+
+    A dict (list) loss is combined key by key (element by element); every
+    microbatch must then have the same keys (length).
+    """
     if len(parts) == 1 and parts[0][1] is None:
         return parts[0][0]
+    first = parts[0][0]
+    if isinstance(first, Mapping):
+        for loss, _ in parts[1:]:
+            if not isinstance(loss, Mapping) or set(loss) != set(first):
+                got = sorted(loss) if isinstance(loss, Mapping) else repr(loss)
+                raise ValueError(
+                    "Run.loss: the microbatch losses of one batch must have the same keys; "
+                    f"got {sorted(first)} and {got}."
+                )
+        return {key: _combine([(loss[key], w) for loss, w in parts]) for key in first}
+    if isinstance(first, (list, tuple)):
+        for loss, _ in parts[1:]:
+            if not isinstance(loss, (list, tuple)) or len(loss) != len(first):
+                raise ValueError(
+                    "Run.loss: the microbatch losses of one batch must have the same length; "
+                    f"got {len(first)} parts and {loss!r}."
+                )
+        return [_combine([(loss[i], w) for loss, w in parts]) for i in range(len(first))]
     if any(w is not None for _, w in parts):
         total = None
         for loss, w in parts:
