@@ -59,13 +59,31 @@ class RunFolder:
         ('/tmp/runs/default/ada/lm-1', '/tmp/runs/default/ada/lm-1/logs/train/rank-3')
         >>> str(RunFolder("/data/my-run").resolve("metrics.txt"))
         '/data/my-run/metrics.txt'
+        >>> folder.work_group, folder.user_name  # trackers' default project: default_ada
+        ('default', 'ada')
     """
 
     root: Path
+    #: The team or group the run belongs to (Primus's ``work_group``): trackers
+    #: name their default project ``{work_group}_{user_name}`` from it.
+    work_group: str
+    #: Who runs it (Primus's ``user_name``; default the OS user).
+    user_name: str
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        work_group: str = "default",
+        user_name: str | None = None,
+    ) -> None:
         if not isinstance(root, (str, os.PathLike)) or str(root) == "":
             raise TypeError(f"RunFolder root must be a non-empty path, got {root!r}.")
+        for name, value in (("work_group", work_group), ("user_name", user_name)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"RunFolder {name} must be a non-empty str, got {value!r}.")
+        object.__setattr__(self, "work_group", work_group)
+        object.__setattr__(self, "user_name", user_name if user_name is not None else os_user())
         path = Path(root).expanduser()
         if path.exists() and not path.is_dir():
             raise NotADirectoryError(
@@ -89,12 +107,13 @@ class RunFolder:
         to the OS user.
         """
         workspace = workspace or os.environ.get("OBSBUS_WORKSPACE") or "./runs"
+        user = user_name if user_name is not None else os_user()
         parts = (
             _check_part("work_group", work_group),
-            _check_part("user_name", user_name if user_name is not None else os_user()),
+            _check_part("user_name", user),
             _check_part("exp_name", exp_name),
         )
-        return cls(Path(workspace).joinpath(*parts))
+        return cls(Path(workspace).joinpath(*parts), work_group=work_group, user_name=user)
 
     @classmethod
     def coerce(cls, value: str | os.PathLike[str] | RunFolder | None, run_name: str) -> RunFolder:

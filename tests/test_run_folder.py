@@ -68,3 +68,10 @@ def test_bad_types():
         State(run_name="r", run_folder=3)
     with pytest.raises(TypeError, match="non-empty path"):
         RunFolder("")
+
+
+@pytest.mark.parametrize("kwargs", [{"work_group": ""}, {"user_name": 3}], ids=["empty", "int"])
+def test_work_group_and_user_name_must_be_names(tmp_path, kwargs):
+    name = next(iter(kwargs))
+    with pytest.raises(ValueError, match=f"RunFolder {name} must be a non-empty str"):
+        RunFolder(tmp_path, **kwargs)

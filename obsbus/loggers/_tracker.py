@@ -173,9 +173,16 @@ class TrackerDestination(LoggerDestination):
         """
         return self._dropped + self._skipped
 
-    def default_project(self, work_group: str = "default") -> str:
-        """Primus's default project name, ``{work_group}_{user_name}``."""
-        return f"{work_group}_{os_user()}"
+    def default_project(self) -> str:
+        """Primus's default project name, ``{work_group}_{user_name}``, from the run folder.
+
+        Set them with ``RunFolder.from_parts(work_group=..., user_name=...)`` (or
+        ``RunFolder(path, work_group=...)``); without a run, ``default_{OS user}``.
+        """
+        folder = self._state.run_folder if self._state is not None else None
+        if folder is None:
+            return f"default_{os_user()}"
+        return f"{folder.work_group}_{folder.user_name}"
 
     def _step_now(self, step: int | None = None) -> int:
         """``step`` if given, else the run's batch count (the step metrics are logged at)."""

@@ -312,3 +312,20 @@ def test_environment_snapshot_and_masking():
         "s3://***@minio:9000/b and sftp://***@h/"
     )
     assert redact("key=abcdefgh", ["abcdefgh"]) == "key=***"
+
+
+def test_the_default_project_is_work_group_and_user_name_from_the_run_folder(tmp_path):
+    from obsbus import RunFolder
+    from obsbus.run_folder import os_user
+
+    parts = RunFolder.from_parts(
+        workspace=tmp_path, work_group="nlp", user_name="ada", exp_name="lm-1"
+    )
+    for folder, project in [
+        (parts, "nlp_ada"),
+        (RunFolder(tmp_path / "plain", work_group="vision"), f"vision_{os_user()}"),
+        (tmp_path / "path", f"default_{os_user()}"),
+    ]:
+        tracker = FakeTracker(log_env=False, log_git=False)
+        _train(tracker, batches=1, run_folder=folder)
+        assert tracker.of("start")[0].project == project
