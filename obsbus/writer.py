@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -11,10 +12,26 @@ from typing import Any
 
 from obsbus._failures import FailureLog
 
-__all__ = ["BackgroundWriter"]
+__all__ = ["BackgroundWriter", "check_write_period"]
 
 log = logging.getLogger("obsbus")
 _STOP = object()
+
+
+def check_write_period(owner: str, value: object) -> float:
+    """``value`` as a destination's ``write_period`` (seconds >= 0, finite), or a clear error.
+
+    A destination that holds values hands them to its writer at the first
+    log interval at least ``write_period`` seconds after the previous
+    hand-over: each hand-over wakes the writer thread, whose Python work
+    then takes the GIL from the training thread, so fewer, larger ones cost
+    the step less.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{owner} write_period must be a number of seconds, got {value!r}.")
+    if not value >= 0 or math.isinf(value):
+        raise ValueError(f"{owner} write_period must be >= 0 seconds and finite, got {value!r}.")
+    return float(value)
 
 
 class BackgroundWriter:

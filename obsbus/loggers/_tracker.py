@@ -39,7 +39,7 @@ from obsbus.run_folder import os_user
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
 from obsbus.values import HostValues, to_host_async
-from obsbus.writer import BackgroundWriter
+from obsbus.writer import BackgroundWriter, check_write_period
 
 __all__ = ["RunInfo", "TrackerDestination"]
 
@@ -100,14 +100,6 @@ class TrackerDestination(LoggerDestination):
     ) -> None:
         cls = type(self).__name__
         self.log_interval = LogInterval(log_interval, f"{cls} log_interval", TimeUnit.BATCH)
-        if isinstance(write_period, bool) or not isinstance(write_period, (int, float)):
-            raise TypeError(
-                f"{cls} write_period must be a number of seconds, got {write_period!r}."
-            )
-        if not write_period >= 0 or math.isinf(write_period):
-            raise ValueError(
-                f"{cls} write_period must be >= 0 seconds and finite, got {write_period!r}."
-            )
         if logging_rank != "last" and (
             isinstance(logging_rank, bool) or not isinstance(logging_rank, int) or logging_rank < 0
         ):
@@ -122,7 +114,7 @@ class TrackerDestination(LoggerDestination):
         self.logging_rank = logging_rank
         self.log_env = log_env
         self.log_git = log_git
-        self.write_period = float(write_period)
+        self.write_period = check_write_period(cls, write_period)
         self.close_timeout = float(close_timeout)
         self.name = cls
         self._writer = BackgroundWriter(cls, max_queue_size=max_queue_size)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import sys
 import threading
@@ -23,7 +24,7 @@ from obsbus.naming import check_placeholders
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
 from obsbus.values import HostValues, to_host_async
-from obsbus.writer import BackgroundWriter
+from obsbus.writer import BackgroundWriter, check_write_period
 
 __all__ = ["FileLogger"]
 
@@ -69,10 +70,12 @@ class FileLogger(LoggerDestination):
       and the metrics by name. Load it with pandas in one line:
       ``pd.read_json(path, lines=True)``.
 
-    Metrics stay tensors until due: every ``log_interval`` the values held are
-    moved to the host together (one transfer) and handed to a
-    :class:`~obsbus.BackgroundWriter`, which formats and writes them. Every
-    value logged is written; the interval only sets how often that happens.
+    Metrics stay tensors until due: at the first ``log_interval`` at least
+    ``write_period`` seconds after the last hand-over (and at every flush),
+    the values held are moved to the host together (one transfer) and handed
+    to a :class:`~obsbus.BackgroundWriter`, which formats and writes them.
+    Every value logged is written, at its own step; the interval and period
+    only set how often that happens.
     Every ``flush_interval`` batches, and at ``fit_end``, ``eval_end``,
     ``exception`` and ``close``, the files are flushed and fsynced, then
     handed to ``logger.upload_file`` (as ``{run_name}/<file name>``) when a
@@ -84,6 +87,10 @@ class FileLogger(LoggerDestination):
         jsonl_filename: the JSON Lines file, or ``None`` for none.
         log_interval: how often held values are written (``"1ba"``, ``"1ep"``;
             a bare int is batches).
+        write_period: seconds; held values go to the writer at most this often
+            (besides flushes). Each hand-over wakes the writer thread, whose
+            formatting then takes GIL time from the step; ``0``: at every
+            ``log_interval``.
         flush_interval: batches between flushes to disk (and uploads).
         log_traces: also write traces.
         capture_stdout: copy what the process prints to stdout into the log.
@@ -115,6 +122,7 @@ class FileLogger(LoggerDestination):
         jsonl_filename: str | None = "metrics-rank{rank}.jsonl",
         *,
         log_interval: TimeLike = "1ba",
+        write_period: float = 1.0,
         flush_interval: int = 100,
         log_traces: bool = True,
         capture_stdout: bool = False,
@@ -140,6 +148,7 @@ class FileLogger(LoggerDestination):
             if name is not None and "{" not in name and Path(name).is_absolute():
                 _check_not_a_directory(Path(name))
         self.log_interval = interval
+        self.write_period = check_write_period("FileLogger", write_period)
         self.flush_interval = flush_interval
         self.log_traces_enabled = log_traces
         self.capture_stdout = capture_stdout
@@ -155,6 +164,7 @@ class FileLogger(LoggerDestination):
         self._state: State | None = None
         self._logger: Logger | None = None
         self._held: list[tuple[int, int, int, float, dict[str, Any]]] = []
+        self._handed_at = -math.inf  # time.monotonic() of the last hand-over
         self._text: TextIO | None = None
         self._jsonl: TextIO | None = None
         self._paths: list[Path] = []
@@ -228,6 +238,7 @@ class FileLogger(LoggerDestination):
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
         _, batch = self._stamp()
         lines = [f"[hyperparameter][batch={batch}]: {k}: {v}" for k, v in hyperparameters.items()]
+        self._hand_over()  # lines stay in the order they were logged
         self._writer.submit(self._write_text, lines)
 
     @override
@@ -235,6 +246,7 @@ class FileLogger(LoggerDestination):
         if self.log_traces_enabled:
             _, batch = self._stamp()
             lines = [f"[trace][batch={batch}]: {k}: {v}" for k, v in traces.items()]
+            self._hand_over()
             self._writer.submit(self._write_text, lines)
 
     def _captured(self, tag: str, lines: list[str]) -> None:
@@ -249,6 +261,7 @@ class FileLogger(LoggerDestination):
         if not self._held:
             return
         held, self._held = self._held, []
+        self._handed_at = time.monotonic()
         values = {f"{i}\x00{k}": v for i, (*_, m) in enumerate(held) for k, v in m.items()}
         self._writer.submit(self._write_metrics, held, to_host_async(values))
 
@@ -259,14 +272,18 @@ class FileLogger(LoggerDestination):
     # ---------------------------------------------------------------- hooks
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
-        if self.log_interval.at_batch_end(state):
-            self._hand_over()
         if state.timestamp._batch % self.flush_interval == 0:
             self._flush(fsync=False)
+        elif self._held and self.log_interval.at_batch_end(state):
+            self._hand_over_if_due()
 
     @override
     def epoch_end(self, state: State, logger: Logger) -> None:
-        if self.log_interval.at_epoch_end(state):
+        if self._held and self.log_interval.at_epoch_end(state):
+            self._hand_over_if_due()
+
+    def _hand_over_if_due(self) -> None:
+        if time.monotonic() - self._handed_at >= self.write_period:
             self._hand_over()
 
     @override

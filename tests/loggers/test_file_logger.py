@@ -164,9 +164,11 @@ def test_placeholders_and_absolute_names(tmp_path):
         ({"flush_interval": "10"}, TypeError, r"flush_interval must be an int, got '10'"),
         ({"overwrite": True, "resume": True}, ValueError, "contradict"),
         ({"filename": ""}, TypeError, "must be a non-empty str"),
+        ({"write_period": -0.5}, ValueError, r"write_period must be >= 0 seconds and finite, got -0.5"),
+        ({"write_period": "1"}, TypeError, r"write_period must be a number of seconds, got '1'"),
     ],
     ids=["placeholder", "jsonl-placeholder", "interval", "flush-zero", "flush-type", "both",
-         "empty"],
+         "empty", "period-negative", "period-type"],
 )
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -179,3 +181,43 @@ def test_a_directory_where_the_file_should_be(tmp_path):
     (tmp_path / "run" / "logs-rank0.txt").mkdir(parents=True)
     with pytest.raises(IsADirectoryError, match=r"logs-rank0.txt' is a directory"):
         fit(tmp_path, [FileLogger()])
+
+
+def test_held_values_are_written_once_per_write_period_and_at_flushes(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from obsbus import Run
+    from obsbus.loggers import file_logger
+
+    clock = SimpleNamespace(t=0.0)
+    fake_time = SimpleNamespace(monotonic=lambda: clock.t, time=file_logger.time.time)
+    monkeypatch.setattr(file_logger, "time", fake_time)
+    files = FileLogger(write_period=5, flush_interval=8)
+    handed: list[list[int]] = []
+    hand_over = files._hand_over
+
+    def spy():
+        if files._held:
+            handed.append([row[0] for row in files._held])
+        hand_over()
+
+    files._hand_over = spy
+    with Run(max_duration="10ba", loggers=[files], run_folder=tmp_path) as run:
+        for i, _ in enumerate(run.train([[0]] * 10)):
+            clock.t += 1.0  # batch i + 1 ends at t = i + 1
+            run.state.loss = float(i)
+    # at once (batch 1); at the first interval 5 s later (6); the flush at batch 8; the end
+    assert handed == [[1], [2, 3, 4, 5, 6], [7, 8], [9, 10]]
+    rows = read_jsonl(tmp_path / "metrics-rank0.jsonl")
+    assert [(r["step"], r["loss/train/total"]) for r in rows] == [(i + 1, float(i)) for i in range(10)]
+
+
+def test_text_lines_keep_the_order_they_were_logged_in(tmp_path):
+    from obsbus import Run
+
+    with Run(max_duration="2ba", loggers=[FileLogger(write_period=3600)], run_folder=tmp_path) as run:
+        for i, _ in enumerate(run.train([[0], [0]])):
+            run.log_metrics({"m": i})
+            run.logger.log_traces({"t": i})
+    lines = [line.split("]: ")[1] for line in (tmp_path / "logs-rank0.txt").read_text().splitlines()]
+    assert lines == ["m: 0", "t: 0", "m: 1", "t: 1"]
