@@ -72,8 +72,10 @@ class TrackerDestination(LoggerDestination):
             written at its own step; fewer, larger hand-overs cost the training
             thread one transfer and one queue put per period instead of per
             interval, and the client's work comes in bursts. ``0``: at every
-            ``log_interval``. At most ``MAX_HELD_STEPS`` (1024) rows are held whatever
-            the period.
+            ``log_interval``. Once ``MAX_HELD_STEPS`` (1024) rows are held they go
+            at the next interval whatever the period. Hyperparameters logged
+            after metrics reach the client after them; files given to
+            ``upload_file`` (from any thread) go at once.
         rank_zero_only: only one rank logs (``logging_rank``); otherwise every rank.
         logging_rank: the rank that logs when ``rank_zero_only``: an int or
             ``"last"`` (``world_size - 1``, MLflow's choice in Megatron).
@@ -189,8 +191,6 @@ class TrackerDestination(LoggerDestination):
         that has made no progress for that long gets its writes dropped at
         once, so a hung tracker costs training one wait, not the run.
         """
-        if self._held and fn != self._write_held:
-            self._hand_over()  # the client sees calls in the order they were made
         writer = self._writer
         stalled = writer.pending >= writer.max_queue_size and (
             time.monotonic() - self._last_progress > self.close_timeout
@@ -274,6 +274,7 @@ class TrackerDestination(LoggerDestination):
     @override
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
         if self._active:
+            self._hand_over()  # metrics logged before reach the client first
             self._submit(self._client_log_params, flatten_hyperparameters(hyperparameters))
 
     @override

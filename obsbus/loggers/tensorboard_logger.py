@@ -265,6 +265,7 @@ class TensorboardLogger(TrackerDestination):
             self._held.append((state.timestamp._batch, self._derived(state)))
         super().batch_end(state, logger)
         if self._started and state.timestamp._batch % self.flush_interval == 0:
+            self._hand_over()  # a flushed event file holds every step up to here
             self._submit(self._sync, True)
 
     @override

@@ -139,7 +139,7 @@ def test_rows_of_one_step_become_one_client_call_unless_a_key_repeats():
     ]
 
 
-def test_the_client_sees_calls_in_the_order_they_were_made(tmp_path):
+def test_hyperparameters_reach_the_client_after_the_metrics_logged_before_them(tmp_path):
     tracker = FakeTracker(write_period=3600, log_env=False, log_git=False)
     path = tmp_path / "f.txt"
     path.write_text("x")
