@@ -199,10 +199,17 @@ class NaNMonitor(Callback):
             raise TypeError(
                 f"NaNMonitor check_grad_norm must be True or False, got {check_grad_norm!r}."
             )
-        self.mode = mode
+        self._mode = mode
         self.on_nan = on_nan
-        self.check_grad_norm = check_grad_norm
+        self._check_grad_norm = check_grad_norm
         self._immediate = mode == "immediate"
+        # Hooks with nothing to do in this configuration are not dispatched at all: an
+        # instance attribute holding the base class's (empty) hook makes the engine skip
+        # them (see obsbus.engine.overrides), saving a call on every (micro)batch.
+        if not self._immediate:
+            self.after_loss = super().after_loss  # type: ignore[method-assign]
+        if not check_grad_norm:
+            self.after_backward = super().after_backward  # type: ignore[method-assign]
         # (source, device) -> int64 0-d tensor: the first bad batch, or _NONE_BAD.
         self._flags: dict[tuple[str, Any], torch.Tensor] = {}
         self._host_first_bad: int = _NONE_BAD  # losses given as Python numbers
@@ -211,6 +218,16 @@ class NaNMonitor(Callback):
         self._stacked: dict[Any, list[tuple[list[int], torch.Tensor]]] = {}
         self._unchecked = False  # something was folded since the last check
         self._folded_batch = -1
+
+    @property
+    def mode(self) -> str:
+        """``"deferred"`` or ``"immediate"``, fixed at construction."""
+        return self._mode
+
+    @property
+    def check_grad_norm(self) -> bool:
+        """Whether gradients are checked too, fixed at construction."""
+        return self._check_grad_norm
 
     # ------------------------------------------------------------------ fold
     def _flag(self, source: str, device: Any) -> torch.Tensor:
@@ -305,15 +322,13 @@ class NaNMonitor(Callback):
         return batches[first if isinstance(first, int) else first[0]]
 
     @override
-    def after_loss(self, state: State, logger: Logger) -> None:
-        if self._immediate and state.loss is not None:  # deferred: once a batch, below
+    def after_loss(self, state: State, logger: Logger) -> None:  # immediate mode only
+        if state.loss is not None:
             self._fold_loss(state.loss, state.timestamp._batch + 1)
             self._check(state, logger)
 
     @override
     def after_backward(self, state: State, logger: Logger) -> None:
-        if not self.check_grad_norm:
-            return
         parameters = getattr(state.model, "parameters", None)
         if not callable(parameters):
             return

@@ -317,3 +317,16 @@ def test_a_bad_microbatch_names_its_batch_in_deferred_mode(weights):
                     loss = run.loss(lambda v: (w * v).sum(), value, weight=weight)
                     run.backward(loss)
     assert kept_graphs and all(fn is None for fn in kept_graphs)  # no autograd graph kept
+
+
+def test_hooks_with_nothing_to_do_are_not_dispatched():
+    from obsbus.engine import overrides
+
+    def hooks(monitor):
+        return {h for h in ("after_loss", "after_backward") if overrides(monitor, h)}
+
+    assert hooks(NaNMonitor()) == set()
+    assert hooks(NaNMonitor(mode="immediate")) == {"after_loss"}
+    assert hooks(NaNMonitor(check_grad_norm=True)) == {"after_backward"}
+    with pytest.raises(AttributeError):
+        NaNMonitor().check_grad_norm = True  # fixed at construction: the hooks follow it
