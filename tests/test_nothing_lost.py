@@ -309,3 +309,26 @@ def test_trainer_exception_flushes_loss_history():
     assert dest.pending_at_exception and dest.pending_at_exception > 0
     assert [s for s, _ in dest.rows] == list(range(1, 13))
     assert all("loss/train/total" in m for _, m in dest.rows)
+
+
+def test_sigterm_writes_what_a_file_logger_still_held(tmp_path):
+    """A FileLogger holds values up to write_period; SIGTERM must still put them on disk."""
+    from obsbus.loggers import FileLogger
+
+    original = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    files = FileLogger(write_period=3600, flush_interval=10**6)
+    try:
+        with (
+            pytest.raises(TrainingTerminated),
+            Run(loggers=[files], run_folder=tmp_path, num_samples_fn=_ones) as run,
+        ):
+            for step, _ in enumerate(run.train(range(100))):
+                run.log_metrics({"x": float(step)}, step=step)
+                if step == 19:
+                    assert len(files._held) == 19  # all but the first, handed over at once
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    time.sleep(5)  # interrupted by the handler's exception
+    finally:
+        signal.signal(signal.SIGTERM, original)
+    rows = [json.loads(line) for line in (tmp_path / "metrics-rank0.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["x"]) for r in rows] == [(s, float(s)) for s in range(20)]
