@@ -51,8 +51,9 @@ class CometMLLogger(TrackerDestination):
     does not report its own errors over the network. ``exp_kwargs`` are
     passed to the experiment and override all of the above.
 
-    What is logged, from a background thread (metrics stay tensors until
-    each ``log_interval``, then move to the host in one transfer):
+    What is logged, from a background thread (metrics stay tensors until a
+    ``log_interval`` at least ``write_period`` after the last hand-over, then
+    move to the host in one transfer):
 
     - metrics: every numeric value under its obsbus key at its obsbus step
       (``experiment.log_metrics(..., step=step)``); non-numeric values are
@@ -81,7 +82,7 @@ class CometMLLogger(TrackerDestination):
         offline_directory: where the offline zip goes; relative paths are
             taken from the run folder; placeholders such as ``{run_name}`` are
             filled.
-        log_interval: how often held metrics are handed to comet.
+        log_interval: when held metrics may be handed to comet (see ``write_period``).
         rank_zero_only: only rank 0 logs; otherwise every rank, each its own experiment.
         log_code, log_graph, auto_param_logging, auto_metric_logging: comet's
             switches of the same names (Composer's names and defaults).

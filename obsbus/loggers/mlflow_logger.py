@@ -126,7 +126,7 @@ class MLFlowLogger(TrackerDestination):
         rank_zero_only: only ``logging_rank`` logs (default the last rank, as Megatron and
             Primus do); ``False``: one run per rank, tagged ``run_group``.
         flush_interval: seconds between ``log_batch`` calls (Composer's 10); ``0``: at
-            every ``log_interval``.
+            every hand-over (``log_interval`` and ``write_period``).
         synchronous: ``False`` hands batches to MLflow's own async queue; errors then
             surface at the next flush. obsbus already keeps the training thread
             free, so ``True`` (errors are reported with the batch that failed).

@@ -65,8 +65,9 @@ class TensorboardLogger(TrackerDestination):
 
     What is written, as TensorBoard's own records (neither TensorFlow nor
     ``torch.utils.tensorboard`` is needed), from a background thread
-    (metrics stay tensors until each ``log_interval``, then move to the host
-    in one transfer):
+    (metrics stay tensors until a ``log_interval`` at least ``write_period``
+    after the last hand-over, or a flush, then move to the host in one
+    transfer):
 
     - **Scalars**: every numeric metric under its obsbus key, at its obsbus
       step, as float32 (TensorBoard's ``simple_value``); non-numeric values
@@ -122,8 +123,9 @@ class TensorboardLogger(TrackerDestination):
 
     Args:
         log_dir: where event files go (default: the run folder's ``tensorboard/``).
-        log_interval: how often held metrics are written (Primus's
-            ``tensorboard_log_interval``; ``"1ba"``, ``"1ep"``, a bare int is batches).
+        log_interval: when held metrics may be written (Primus's
+            ``tensorboard_log_interval``; ``"1ba"``, ``"1ep"``, a bare int is
+            batches), and the steps the derived keys (above) are taken at.
         flush_interval: batches between flushes to disk (and uploads).
         rank_zero_only: only rank 0 writes; otherwise every rank, each to ``rank{rank}/``.
         queue_size: events written between flushes to disk at most (Primus's
