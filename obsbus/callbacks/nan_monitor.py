@@ -203,13 +203,7 @@ class NaNMonitor(Callback):
         self.on_nan = on_nan
         self._check_grad_norm = check_grad_norm
         self._immediate = mode == "immediate"
-        # Hooks with nothing to do in this configuration are not dispatched at all: an
-        # instance attribute holding the base class's (empty) hook makes the engine skip
-        # them (see obsbus.engine.overrides), saving a call on every (micro)batch.
-        if not self._immediate:
-            self.after_loss = super().after_loss  # type: ignore[method-assign]
-        if not check_grad_norm:
-            self.after_backward = super().after_backward  # type: ignore[method-assign]
+        self._skip_idle_hooks()
         # (source, device) -> int64 0-d tensor: the first bad batch, or _NONE_BAD.
         self._flags: dict[tuple[str, Any], torch.Tensor] = {}
         self._host_first_bad: int = _NONE_BAD  # losses given as Python numbers
@@ -218,6 +212,29 @@ class NaNMonitor(Callback):
         self._stacked: dict[Any, list[tuple[list[int], torch.Tensor]]] = {}
         self._unchecked = False  # something was folded since the last check
         self._folded_batch = -1
+
+    def _skip_idle_hooks(self) -> None:
+        """Hooks with nothing to do in this configuration are not dispatched at all.
+
+        An instance attribute holding the base class's (empty) hook makes the
+        engine skip it (see :func:`obsbus.engine.overrides`), saving a call on
+        every (micro)batch. The hooks also check for themselves, so a copy
+        that lost these attributes still behaves.
+        """
+        if not self._immediate:
+            self.after_loss = super().after_loss  # type: ignore[method-assign]
+        if not self._check_grad_norm:
+            self.after_backward = super().after_backward  # type: ignore[method-assign]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("after_loss", None)  # bound methods of self: rebuilt on unpickling
+        state.pop("after_backward", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._skip_idle_hooks()
 
     @property
     def mode(self) -> str:
@@ -322,13 +339,15 @@ class NaNMonitor(Callback):
         return batches[first if isinstance(first, int) else first[0]]
 
     @override
-    def after_loss(self, state: State, logger: Logger) -> None:  # immediate mode only
-        if state.loss is not None:
+    def after_loss(self, state: State, logger: Logger) -> None:
+        if self._immediate and state.loss is not None:  # deferred: once a batch, below
             self._fold_loss(state.loss, state.timestamp._batch + 1)
             self._check(state, logger)
 
     @override
     def after_backward(self, state: State, logger: Logger) -> None:
+        if not self._check_grad_norm:
+            return
         parameters = getattr(state.model, "parameters", None)
         if not callable(parameters):
             return

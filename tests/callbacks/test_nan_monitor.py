@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import pickle
 
@@ -330,3 +331,7 @@ def test_hooks_with_nothing_to_do_are_not_dispatched():
     assert hooks(NaNMonitor(check_grad_norm=True)) == {"after_backward"}
     with pytest.raises(AttributeError):
         NaNMonitor().check_grad_norm = True  # fixed at construction: the hooks follow it
+    for monitor in (NaNMonitor(), NaNMonitor(mode="immediate"), NaNMonitor(check_grad_norm=True)):
+        expected = hooks(monitor)
+        assert hooks(pickle.loads(pickle.dumps(monitor))) == expected  # e.g. sent to a worker
+        assert hooks(copy.deepcopy(monitor)) == expected
