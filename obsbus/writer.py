@@ -12,26 +12,52 @@ from typing import Any
 
 from obsbus._failures import FailureLog
 
-__all__ = ["BackgroundWriter", "check_write_period"]
+__all__ = ["BackgroundWriter", "WritePeriod"]
 
 log = logging.getLogger("obsbus")
 _STOP = object()
 
 
-def check_write_period(owner: str, value: object) -> float:
-    """``value`` as a destination's ``write_period`` (seconds >= 0, finite), or a clear error.
+class WritePeriod:
+    """When a destination's held values go to its writer: at most once every ``seconds``.
 
-    A destination that holds values hands them to its writer at the first
-    log interval at least ``write_period`` seconds after the previous
-    hand-over: each hand-over wakes the writer thread, whose Python work
-    then takes the GIL from the training thread, so fewer, larger ones cost
-    the step less.
+    A destination that holds values (tensors until due) hands them to its
+    writer at the first log interval at least ``seconds`` after the previous
+    hand-over. Each hand-over wakes the writer thread, whose Python work then
+    takes the GIL from the training thread, so fewer, larger ones cost the
+    step less. ``0``: at every interval.
+
+    Example:
+        >>> period = WritePeriod("MyLogger", 0)
+        >>> period.due()
+        True
+        >>> WritePeriod("MyLogger", -1)
+        Traceback (most recent call last):
+        ValueError: MyLogger write_period must be >= 0 seconds and finite, got -1.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{owner} write_period must be a number of seconds, got {value!r}.")
-    if not value >= 0 or math.isinf(value):
-        raise ValueError(f"{owner} write_period must be >= 0 seconds and finite, got {value!r}.")
-    return float(value)
+
+    __slots__ = ("_last", "seconds")
+
+    def __init__(self, owner: str, seconds: object) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"{owner} write_period must be a number of seconds, got {seconds!r}.")
+        if not seconds >= 0 or math.isinf(seconds):
+            raise ValueError(
+                f"{owner} write_period must be >= 0 seconds and finite, got {seconds!r}."
+            )
+        self.seconds = float(seconds)
+        self._last = -math.inf
+
+    def due(self) -> bool:
+        """Whether ``seconds`` have passed since the last hand-over (always, before the first)."""
+        return _now() - self._last >= self.seconds
+
+    def handed_over(self) -> None:
+        """Record a hand-over now."""
+        self._last = _now()
+
+
+_now = time.monotonic  # the clock of WritePeriod (a test may replace it)
 
 
 class BackgroundWriter:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -39,7 +38,7 @@ from obsbus.run_folder import os_user
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
 from obsbus.values import HostValues, to_host_async
-from obsbus.writer import BackgroundWriter, check_write_period
+from obsbus.writer import BackgroundWriter, WritePeriod
 
 __all__ = ["RunInfo", "TrackerDestination"]
 
@@ -116,13 +115,12 @@ class TrackerDestination(LoggerDestination):
         self.logging_rank = logging_rank
         self.log_env = log_env
         self.log_git = log_git
-        self.write_period = check_write_period(cls, write_period)
+        self._period = WritePeriod(cls, write_period)
         self.close_timeout = float(close_timeout)
         self.name = cls
         self._writer = BackgroundWriter(cls, max_queue_size=max_queue_size)
         self._state: State | None = None
         self._held: list[tuple[int, dict[str, Any]]] = []
-        self._handed_at = -math.inf  # time.monotonic() of the last hand-over
         self._active = False
         self._started = False
         self._client_ready = False
@@ -158,6 +156,11 @@ class TrackerDestination(LoggerDestination):
     def active(self) -> bool:
         """Whether this rank logs (known after ``init``)."""
         return self._active
+
+    @property
+    def write_period(self) -> float:
+        """Seconds between hand-overs of held metrics to the writer (see the class)."""
+        return self._period.seconds
 
     @property
     def undelivered_writes(self) -> int:
@@ -298,16 +301,13 @@ class TrackerDestination(LoggerDestination):
         if not self._held:
             return
         held, self._held = self._held, []
-        self._handed_at = time.monotonic()
+        self._period.handed_over()
         values = {f"{i}\x00{k}": v for i, (_, m) in enumerate(held) for k, v in m.items()}
         self._submit(self._write_held, held, to_host_async(values))
 
     def _hand_over_if_due(self) -> None:
         """Hand over when ``write_period`` has passed since the last one, or too much is held."""
-        if (
-            len(self._held) >= MAX_HELD_STEPS
-            or time.monotonic() - self._handed_at >= self.write_period
-        ):
+        if len(self._held) >= MAX_HELD_STEPS or self._period.due():
             self._hand_over()
 
     def _write_held(self, held: list[tuple[int, dict[str, Any]]], pending: HostValues) -> None:

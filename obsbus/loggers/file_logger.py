@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
 import sys
 import threading
@@ -24,7 +23,7 @@ from obsbus.naming import check_placeholders
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
 from obsbus.values import HostValues, to_host_async
-from obsbus.writer import BackgroundWriter, check_write_period
+from obsbus.writer import BackgroundWriter, WritePeriod
 
 __all__ = ["FileLogger"]
 
@@ -148,7 +147,7 @@ class FileLogger(LoggerDestination):
             if name is not None and "{" not in name and Path(name).is_absolute():
                 _check_not_a_directory(Path(name))
         self.log_interval = interval
-        self.write_period = check_write_period("FileLogger", write_period)
+        self._period = WritePeriod("FileLogger", write_period)
         self.flush_interval = flush_interval
         self.log_traces_enabled = log_traces
         self.capture_stdout = capture_stdout
@@ -164,7 +163,6 @@ class FileLogger(LoggerDestination):
         self._state: State | None = None
         self._logger: Logger | None = None
         self._held: list[tuple[int, int, int, float, dict[str, Any]]] = []
-        self._handed_at = -math.inf  # time.monotonic() of the last hand-over
         self._text: TextIO | None = None
         self._jsonl: TextIO | None = None
         self._paths: list[Path] = []
@@ -175,6 +173,11 @@ class FileLogger(LoggerDestination):
     def paths(self) -> list[Path]:
         """The files this logger writes (known after ``init``)."""
         return list(self._paths)
+
+    @property
+    def write_period(self) -> float:
+        """Seconds between hand-overs of held values to the writer (besides flushes)."""
+        return self._period.seconds
 
     @property
     def remote_uploaders(self) -> list[RemoteUploaderDownloader]:
@@ -261,7 +264,7 @@ class FileLogger(LoggerDestination):
         if not self._held:
             return
         held, self._held = self._held, []
-        self._handed_at = time.monotonic()
+        self._period.handed_over()
         values = {f"{i}\x00{k}": v for i, (*_, m) in enumerate(held) for k, v in m.items()}
         self._writer.submit(self._write_metrics, held, to_host_async(values))
 
@@ -283,7 +286,7 @@ class FileLogger(LoggerDestination):
             self._hand_over_if_due()
 
     def _hand_over_if_due(self) -> None:
-        if time.monotonic() - self._handed_at >= self.write_period:
+        if self._period.due():
             self._hand_over()
 
     @override

@@ -186,12 +186,10 @@ def test_a_directory_where_the_file_should_be(tmp_path):
 def test_held_values_are_written_once_per_write_period_and_at_flushes(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from obsbus import Run
-    from obsbus.loggers import file_logger
+    from obsbus import Run, writer
 
     clock = SimpleNamespace(t=0.0)
-    fake_time = SimpleNamespace(monotonic=lambda: clock.t, time=file_logger.time.time)
-    monkeypatch.setattr(file_logger, "time", fake_time)
+    monkeypatch.setattr(writer, "_now", lambda: clock.t)
     files = FileLogger(write_period=5, flush_interval=8)
     handed: list[list[int]] = []
     hand_over = files._hand_over

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from obsbus import Run
+from obsbus import Run, writer
 from obsbus.loggers import _tracker
 from obsbus.loggers._run_metadata import environment_snapshot, mask_credentials, redact
 from obsbus.loggers._tracker import RunInfo, TrackerDestination
@@ -104,7 +104,7 @@ def test_write_period_0_hands_over_at_every_interval():
 
 def test_held_rows_are_handed_over_once_per_write_period(monkeypatch):
     clock = SimpleNamespace(t=0.0)
-    monkeypatch.setattr(_tracker, "time", SimpleNamespace(monotonic=lambda: clock.t))
+    monkeypatch.setattr(writer, "_now", lambda: clock.t)
     tracker = FakeTracker(write_period=5, log_env=False, log_git=False)
     with Run(max_duration="10ba", loggers=[tracker]) as run:
         for i, _ in enumerate(run.train([[0]] * 10)):
