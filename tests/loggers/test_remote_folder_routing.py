@@ -20,7 +20,7 @@ from obsbus.profiler.profiler_action import ProfilerAction
 from obsbus.profiler.schedule import cyclic_schedule
 
 from ..helpers import regression_data, tiny_model
-from ._s3_server import SECRET_KEY, S3Server, set_credentials
+from ._s3_server import SECRET_KEY
 
 
 @pytest.fixture(autouse=True)
@@ -30,14 +30,6 @@ def _staging_in_tmp_path(tmp_path, monkeypatch):
 
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-
-
-@pytest.fixture
-def s3(monkeypatch):
-    set_credentials(monkeypatch)
-    server = S3Server().start()
-    yield server
-    server.stop()
 
 
 def bucket() -> str:

@@ -21,7 +21,7 @@ from obsbus.loggers.remote_uploader_downloader import (
 from obsbus.profiler import JSONTraceHandler, Profiler, ProfilerAction
 
 from ..helpers import regression_data, tiny_model
-from ._s3_server import SECRET_KEY, S3Server, set_credentials
+from ._s3_server import SECRET_KEY
 
 FAST = {"initial_backoff": 0.01, "max_backoff": 0.05}
 
@@ -448,14 +448,6 @@ def test_a_component_given_a_uri_routes_its_files_through_the_helper(tmp_path):
 
 
 # ------------------------------------------------------------------- S3 (moto)
-@pytest.fixture
-def s3(monkeypatch):
-    set_credentials(monkeypatch)
-    server = S3Server().start()
-    yield server
-    server.stop()
-
-
 def s3_uploader(server, bucket, **kwargs):
     kwargs = {**FAST, **kwargs}
     return RemoteUploaderDownloader(f"s3://{bucket}", {"endpoint_url": server.endpoint}, **kwargs)
