@@ -17,3 +17,13 @@ def _isolate(tmp_path, monkeypatch):
     from obsbus.log import reset_logging
 
     reset_logging()  # a test that set up loguru and forgot to undo it
+
+
+@pytest.fixture(params=[True, False], ids=["cpu-read", "transfer"])
+def both_paths(request, monkeypatch):
+    """Run a test twice: small CPU tensors read where they are (what a CPU run does), and
+    every tensor sent through the transfer path device tensors take (CUDA, ROCm)."""
+    from obsbus import values
+
+    monkeypatch.setattr(values, "_READ_CPU_NOW", request.param)
+    return request.param

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from obsbus import Callback, Trainer
+from obsbus import values as values_module
 from obsbus.loggers import ConsoleLogger, InMemoryLogger
 from obsbus.values import to_host, to_host_async
 
@@ -29,21 +30,60 @@ class SyncSpy(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_one_transfer_for_many_values():
+def _many_values():
     values = {f"m{i}": torch.tensor(float(i)) for i in range(20)}
     values["count"] = torch.tensor(7)
     values["flag"] = torch.tensor(True)
     values["vector"] = torch.tensor([1.0, 2.0])
     values["plain"] = 0.5
-    with SyncSpy() as spy:
-        out = to_host(values)
-    assert spy.calls == ["tolist"]
+    return values
+
+
+def _check_many(values, out):
     assert list(out) == list(values)
     assert out["m3"] == 3.0 and isinstance(out["count"], int) and out["flag"] is True
     assert out["vector"] == [1.0, 2.0] and out["plain"] == 0.5
 
 
-def test_async_result_is_a_snapshot():
+class OpSpy(TorchFunctionMode):
+    """Records the name of every torch function called while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.append(getattr(func, "__name__", repr(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def test_one_transfer_for_many_values(monkeypatch):
+    # The path device tensors take (CUDA, ROCm, ...), run here on CPU tensors.
+    monkeypatch.setattr(values_module, "_READ_CPU_NOW", False)
+    values = _many_values()
+    with SyncSpy() as spy:
+        out = to_host(values)
+    assert spy.calls == ["tolist"]
+    _check_many(values, out)
+
+
+def test_small_cpu_tensors_are_read_where_they_are_without_stacking():
+    values = _many_values()
+    values["big"] = torch.arange(2000.0)  # over the read-now size: copied, converted later
+    with OpSpy() as spy:
+        pending = to_host_async(values)
+    # One read per small tensor; the big one alone goes through a copy.
+    assert spy.calls.count("tolist") == 23 and "stack" not in spy.calls
+    values["m3"].fill_(-1.0)  # read already: later changes don't leak in
+    values["big"].fill_(-1.0)
+    out = pending.result()
+    assert out["big"] == [float(i) for i in range(2000)]
+    _check_many(values, out)
+    assert to_host({"one": torch.tensor([4.0]), "grid": torch.ones(2, 1)}) == {
+        "one": 4.0, "grid": [[1.0], [1.0]]}
+
+
+def test_async_result_is_a_snapshot(both_paths):
     t = torch.tensor(1.0)
     pending = to_host_async({"t": t})
     t.add_(41)  # a loop reusing its accumulator must not change what was logged
@@ -85,7 +125,7 @@ def test_training_steps_that_do_not_log_never_sync():
             assert calls == ["tolist"], f"batch {batch}: {calls}"
 
 
-def test_mixed_dtypes_and_shapes_keep_their_values_and_order():
+def test_mixed_dtypes_and_shapes_keep_their_values_and_order(both_paths):
     values = {
         "loss": torch.tensor(0.25, requires_grad=True) * 2,
         "count": torch.tensor(2**40 + 1),  # exact: not promoted through float32
