@@ -31,6 +31,10 @@ SOURCES = ("loss", "gradient")  # in the order a tie is named
 ON_NAN = ("raise", "stop", "log")
 _NONE_BAD = 2**62  # "no bad batch yet": larger than any batch number
 _STACK_EVERY = 256  # kept losses stacked into one tensor per device
+# Up to this many kept losses a check reads them all (one small transfer, and the first
+# bad batch is known at once); more are summed on the device first, and only a sum
+# that is not finite costs a second read to find the batch.
+_READ_ALL_MAX = 4096
 
 
 class NonFiniteLossError(ObsbusError):
@@ -105,10 +109,12 @@ class NaNMonitor(Callback):
     ``loss/train/total``; non-finite exactly when a microbatch loss is, short
     of a sum that overflows) is kept with its batch number. Every
     ``check_interval``, and at ``fit_end``, the kept losses are stacked and
-    summed in float64 on their device (a sum is finite exactly when every
-    part is) and that sum is read back: one transfer per device, a few
-    kernels per check. Only when it is not finite are the kept values
-    searched for the first bad batch. Every 256 kept losses are stacked
+    read back, one transfer per device (small CPU tensors are read where
+    they are), and the first bad batch is found on the host. Past 4096 kept
+    losses (a long interval) they are summed in float64 on their device
+    first (a sum is finite exactly when every part is) and only that sum is
+    read; only when it is not finite are the kept values searched for the
+    first bad batch. Every 256 kept losses are stacked
     into one tensor, so memory stays at a few bytes per batch however long
     the interval. The price is latency: a run may train up to
     ``check_interval`` batches past the bad one (on NaN weights) before it
@@ -301,6 +307,13 @@ class NaNMonitor(Callback):
         import torch
 
         kept, self._kept = self._kept, []
+        try:
+            stacked = torch.stack([t for _, t in kept])  # the usual: 0-d losses on one device
+        except RuntimeError:  # on several devices, or of different shapes
+            stacked = None
+        if stacked is not None and stacked.dim() == 1:
+            self._stacked.setdefault(stacked.device, []).append(([b for b, _ in kept], stacked))
+            return
         by_device: dict[Any, tuple[list[int], list[torch.Tensor]]] = {}
         for batch, t in kept:
             batches, values = by_device.setdefault(t.device, ([], []))
@@ -420,11 +433,13 @@ class NaNMonitor(Callback):
         keys = list(self._flags)
         kept = self._take_kept()
         due = {str(i): self._flags[key] for i, key in enumerate(keys)}
-        if kept:
-            import torch
+        for i, (batches, kept_values) in enumerate(kept):
+            if len(batches) > _READ_ALL_MAX:
+                import torch
 
-            # float64: a sum of finite float16/float32 values can't overflow it
-            due.update({f"kept{i}": v.sum(dtype=torch.float64) for i, (_, v) in enumerate(kept)})
+                # float64: a sum of finite float16/float32 values can't overflow it
+                kept_values = kept_values.sum(dtype=torch.float64)
+            due[f"kept{i}"] = kept_values
         values = to_host(due)  # one transfer per device
         for i, key in enumerate(keys):
             first = values[str(i)]
@@ -432,7 +447,14 @@ class NaNMonitor(Callback):
                 local[key[0]] = min(local[key[0]], first)
                 self._flags[key].fill_(_NONE_BAD)
         for i, (batches, kept_values) in enumerate(kept):
-            if not math.isfinite(values[f"kept{i}"]):
+            got = values[f"kept{i}"]
+            if len(batches) <= _READ_ALL_MAX:  # every value read: the first bad one is right here
+                got = got if type(got) is list else [got]
+                for b, x in zip(batches, got, strict=True):
+                    if not math.isfinite(x):
+                        local["loss"] = min(local["loss"], b)
+                        break
+            elif not math.isfinite(got):
                 local["loss"] = min(local["loss"], self._first_bad(batches, kept_values))
         rows = _gather_rows([local[s] for s in SOURCES]) if world > 1 else [list(local.values())]
         batch = min(min(row) for row in rows)

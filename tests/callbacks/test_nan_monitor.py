@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from obsbus import Callback, Event, Logger, Run, State, Timestamp, Trainer
+from obsbus import values as values_module
+from obsbus.callbacks import nan_monitor as nan_module
 from obsbus.callbacks.nan_monitor import NaNMonitor, NonFiniteLossError
 from obsbus.loggers import InMemoryLogger
 
@@ -107,7 +109,12 @@ def test_log_mode_goes_on_and_reports_each_interval(caplog):
     assert len(caplog.records) == 2 and "at batch 5" in caplog.records[1].getMessage()
 
 
-def test_steps_that_do_not_check_never_sync():
+@pytest.mark.parametrize("read_cpu_now", [False, True], ids=["transfer", "cpu-read"])
+def test_steps_that_do_not_check_never_sync(monkeypatch, read_cpu_now):
+    # transfer: the path of device tensors, one read per check for the flag and the losses;
+    # cpu-read: small CPU tensors are read where they are, one read each.
+    monkeypatch.setattr(values_module, "_READ_CPU_NOW", read_cpu_now)
+    reads = ["tolist", "tolist"] if read_cpu_now else ["tolist"]
     spy = SyncSpy()
     recorder = SyncsPerBatch(spy)
     t = trainer(NaNMonitor("4ba", check_grad_norm=True), data=regression_data(8),
@@ -117,8 +124,8 @@ def test_steps_that_do_not_check_never_sync():
     t.close()
     assert set(recorder.per_batch) == set(range(1, 9))
     for batch, calls in recorder.per_batch.items():
-        assert calls == ([] if batch % 4 else ["tolist"]), f"batch {batch}: {calls}"
-    assert spy.calls == ["tolist", "tolist"]  # fit_end had nothing new to read
+        assert calls == ([] if batch % 4 else reads), f"batch {batch}: {calls}"
+    assert spy.calls == reads * 2  # fit_end had nothing new to read
 
 
 def _nan_gradient_loss(bad_batch):
@@ -264,7 +271,13 @@ def _run_losses(monitor, losses):
             run.loss(lambda value: value, losses[run.state.timestamp.batch.value])
 
 
-def test_a_long_interval_keeps_memory_bounded_and_still_names_the_first_bad_batch():
+@pytest.fixture(params=[4096, 0], ids=["read-all", "sum-first"])
+def read_all_max(request, monkeypatch):
+    """Checks that read every kept loss, and those that sum them first (past 4096 losses)."""
+    monkeypatch.setattr(nan_module, "_READ_ALL_MAX", request.param)
+
+
+def test_a_long_interval_keeps_memory_bounded_and_still_names_the_first_bad_batch(read_all_max):
     losses = [torch.tensor(0.5) for _ in range(700)]
     losses[299] = torch.tensor(float("inf"))
     losses[650] = torch.tensor(float("nan"))
@@ -289,7 +302,7 @@ def test_the_stacked_losses_are_bounded_between_checks():
     assert seen[-1] == (600 - 512, 2)  # two stacks of 256, the rest kept
 
 
-def test_mixed_dtypes_and_a_finite_sum_that_overflows_are_not_reported():
+def test_mixed_dtypes_and_a_finite_sum_that_overflows_are_not_reported(read_all_max):
     huge = torch.tensor(1.7e308, dtype=torch.float64)
     losses = [torch.tensor(1.0, dtype=torch.bfloat16), huge, huge, torch.tensor([2.0, 3.0])]
     monitor = NaNMonitor("10ba")
