@@ -17,6 +17,7 @@ from obsbus.callbacks.optimizer_monitor import (
     fused_l2_norms_of_groups,
 )
 from obsbus.loggers import InMemoryLogger
+from obsbus.values import to_host
 
 from ..helpers import regression_data, tiny_model
 from ..test_values import SyncsPerBatch, SyncSpy
@@ -65,7 +66,7 @@ def series(mem, key):
 
 def test_global_norms_and_zeros_match_torch_over_a_trainer_run():
     ref = Reference()
-    mem = fit(OptimizerMonitor("2ba", log_num_zeros=True), reference=ref, grad_accum=2)
+    mem = fit(OptimizerMonitor("2ba", log_param_norm=True, log_num_zeros=True), reference=ref, grad_accum=2)
     grad, param, zeros = (
         series(mem, k)
         for k in ("l2_norm/grad/global", "l2_norm/param/global", "num_zeros/grad/global")
@@ -79,7 +80,7 @@ def test_global_norms_and_zeros_match_torch_over_a_trainer_run():
     assert isinstance(mem.most_recent_values["num_zeros/grad/global"], torch.Tensor)
 
 
-def test_exact_values_from_gradients_set_by_hand():
+def test_exact_values_from_gradients_set_by_hand(both_paths):
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1, bias=False))
     with torch.no_grad():
         model[0].weight.copy_(torch.tensor([[1.0, 2.0], [2.0, 4.0]]))  # norm 5
@@ -92,8 +93,8 @@ def test_exact_values_from_gradients_set_by_hand():
     state.timestamp = Timestamp(batch=10)
     mem = InMemoryLogger()
 
-    OptimizerMonitor(log_per_layer=True, log_num_zeros=True).batch_end(state, Logger(state, [mem]))
-    got = {k: v.item() for k, v in mem.most_recent_values.items()}
+    OptimizerMonitor(log_per_layer=True, log_param_norm=True, log_num_zeros=True).batch_end(state, Logger(state, [mem]))
+    got = to_host(mem.most_recent_values)
     assert got == {
         "l2_norm/grad/global": 5.0,
         "l2_norm/grad/0.weight": 3.0,
@@ -109,7 +110,7 @@ def test_exact_values_from_gradients_set_by_hand():
 def test_per_layer_keys_are_named_after_the_parameters_and_frozen_ones_are_left_out():
     model = tiny_model()
     model[2].bias.requires_grad_(False)
-    mem = fit(OptimizerMonitor("3ba", log_per_layer=True), model=model)
+    mem = fit(OptimizerMonitor("3ba", log_per_layer=True, log_param_norm=True), model=model)
     names = ["0.weight", "0.bias", "2.weight"]
     assert {k for k in mem.data if k.startswith("l2_norm/")} == {
         "l2_norm/grad/global",
@@ -133,7 +134,7 @@ def test_only_at_the_interval_batches_and_epochs():
         regression_data(3),
         "2ep",
         loss_fn=F.mse_loss,
-        callbacks=[OptimizerMonitor("1ep", log_param_norm=False)],
+        callbacks=[OptimizerMonitor("1ep")],  # the parameter norm is off by default
         loggers=[mem],
         device="cpu",
     ) as trainer:
@@ -170,14 +171,17 @@ def test_one_fused_norm_call_per_due_step(monkeypatch, log_param_norm, per_due_s
     assert calls.per_batch == {k: per_due_step if k % 2 == 0 else 0 for k in range(1, 7)}
 
 
-def test_never_syncs_even_on_due_steps():
+def test_never_syncs_even_on_due_steps(both_paths):
     spy = SyncSpy()
     recorder = SyncsPerBatch(spy)
     with spy:
         mem = fit(
             OptimizerMonitor("2ba", log_per_layer=True, log_num_zeros=True), reference=recorder
         )
-    assert recorder.per_batch == {k: [] for k in range(1, 7)}
+    if both_paths:  # CPU norms are read where they are on due steps (no device to wait for)
+        assert all(set(c) == {"item"} if k % 2 == 0 else c == [] for k, c in recorder.per_batch.items())
+    else:  # device tensors: logged as they are, no read even on due steps
+        assert recorder.per_batch == {k: [] for k in range(1, 7)}
     assert len(mem.data["l2_norm/grad/global"]) == 3
 
 
@@ -205,7 +209,7 @@ def test_a_loop_that_drops_its_gradients_is_told_once():
             model=model,
             optimizers=opt,
             max_duration="3ba",
-            callbacks=[OptimizerMonitor("1ba")],
+            callbacks=[OptimizerMonitor("1ba", log_param_norm=True)],
             loggers=[mem],
         ) as run:
             for x, y in run.train(regression_data(3)):
@@ -222,15 +226,15 @@ def test_a_loop_that_drops_its_gradients_is_told_once():
     assert len(mem.data["l2_norm/param/global"]) == 3
 
 
-def test_without_a_model_the_optimizers_parameters_are_used():
+def test_without_a_model_the_optimizers_parameters_are_used(both_paths):
     weight = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
     weight.grad = torch.tensor([0.0, 2.0])
     state = State(run_name="r", optimizers=torch.optim.SGD([weight], lr=0.1))
     state.timestamp = Timestamp(batch=1)
     mem = InMemoryLogger()
 
-    OptimizerMonitor("1ba", log_per_layer=True).batch_end(state, Logger(state, [mem]))
-    assert {k: v.item() for k, v in mem.most_recent_values.items()} == {
+    OptimizerMonitor("1ba", log_per_layer=True, log_param_norm=True).batch_end(state, Logger(state, [mem]))
+    assert to_host(mem.most_recent_values) == {
         "l2_norm/grad/global": 2.0,
         "l2_norm/grad/optimizer0.group0.0": 2.0,
         "l2_norm/param/global": 5.0,
@@ -270,7 +274,8 @@ def test_parameters_frozen_between_epochs_leave_the_norms():
 
     with Trainer(model, regression_data(2), "2ep", loss_fn=F.mse_loss,
                  optimizers=torch.optim.SGD(model.parameters(), lr=0.01),
-                 callbacks=[OptimizerMonitor("1ba", log_per_layer=True), FreezeFirstLayer()],
+                 callbacks=[OptimizerMonitor("1ba", log_per_layer=True, log_param_norm=True),
+                            FreezeFirstLayer()],
                  loggers=[mem], device="cpu") as trainer:
         trainer.fit()
     assert mem.get_timeseries("l2_norm/param/0.weight")["step"] == [1, 2]
