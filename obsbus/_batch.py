@@ -43,6 +43,8 @@ def default_num_samples(batch: Any) -> int:
 
 def default_num_tokens(batch: Any) -> int:
     """Tokens in ``batch``: ``input_ids.numel()`` for a dict batch that has them, else 0."""
+    if type(batch) in (tuple, list):  # the common (inputs, targets): no Mapping ABC check
+        return 0
     if isinstance(batch, Mapping):
         ids: Any = batch.get("input_ids")
         if is_tensor(ids):
