@@ -48,11 +48,14 @@ backward, so OptimizerMonitor has something to read), for the same
 configurations and each monitor alone: ``run_empty``, ``+mem``
 (InMemoryLogger), ``+mem+<Monitor>`` for each of the five, ``+mem+monitors``
 and ``+mem+monitors+file``. The monitors' torch work (NaNMonitor's
-``isfinite``/``where`` on the loss every step, the norms every interval) is
+stack and read of the kept losses, the norms, every interval) is
 real in these rows, so they hold all of what obsbus and the monitors add to
 a step, minus any effect on the torch work around them. That time is paid
 on every step, so ``+mem+monitors`` over the bare step is a lower bound on
-the overhead.
+the overhead. These loops are short (15-90 ms a pass), so each runs
+``--empty-repeats`` times a round, interleaved, and a row's ``added`` is
+the median of its per-pass differences from the row it is over (paired in
+the same pass, which cancels the machine's slow drift).
 
 Then, outside the timed rounds:
 
@@ -517,10 +520,21 @@ def _ratio(t: list[float], ref: list[float]) -> tuple[float, float]:
     return per_round, min(t) / min(ref)
 
 
+def _paired(t: list[float], ref: list[float]) -> float:
+    """Median of the per-pass differences ``t - ref`` (both timed in the same pass)."""
+    return statistics.median([v - b for v, b in zip(t, ref, strict=True)])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=1000, help="training steps per round")
     parser.add_argument("--rounds", type=int, default=9, help="timed rounds; medians reported")
+    parser.add_argument(
+        "--empty-repeats",
+        type=int,
+        default=5,
+        help="times each empty-body loop runs per round (they are short, and noisier)",
+    )
     parser.add_argument("--interval", type=int, default=10, help="log interval, batches")
     parser.add_argument(
         "--body",
@@ -627,8 +641,9 @@ def _main(
             order = [*names[shift:], *names[:shift]]
         for name in order:
             times[name].append(timed(variants[name], setups[name], data))
-        for name, fn in empties.items():
-            times[name].append(timed(fn, setups[name], data))
+        for _ in range(args.empty_repeats):
+            for name, fn in empties.items():
+                times[name].append(timed(fn, setups[name], data))
     rounds_s = time.perf_counter() - t_start
     load_after = _load()
 
@@ -667,6 +682,10 @@ def _main(
 
     print("\nobsbus's own time per step (empty step body; the monitors' torch work included):\n")
     print(
+        f"({args.rounds} x {args.empty_repeats} interleaved passes; `added` is the median of "
+        "each pass's difference from the row it is over, taken in the same pass.)\n"
+    )
+    print(
         "| variant | median µs/step | min µs/step | added µs/step (median) "
         "| over | share of the bare step |"
     )
@@ -681,14 +700,12 @@ def _main(
         t = times[name]
         med = statistics.median(t)
         ref = base.get(name)
-        added = f"{(med - statistics.median(times[ref])) * 1e6:+.1f}" if ref else ""
+        added = f"{_paired(t, times[ref]) * 1e6:+.1f}" if ref else ""
         print(
             f"| {name} | {med * 1e6:.1f} | {min(t) * 1e6:.1f} | {added} | {ref or ''} "
             f"| {med / bare_med:.2%} |"
         )
-    singles = sum(
-        statistics.median(times[f"+mem+{n}"]) - statistics.median(times["+mem"]) for n in MONITORS
-    )
+    singles = sum(_paired(times[f"+mem+{n}"], times["+mem"]) for n in MONITORS)
     print(f"\nSum of the five monitors alone: {singles * 1e6:+.1f} µs/step.")
 
     per_round, mins = _ratio(times["run+monitors"], bare)

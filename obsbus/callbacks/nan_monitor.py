@@ -275,14 +275,20 @@ class NaNMonitor(Callback):
         self._unchecked = True
 
     def _fold_loss(self, loss: Any, batch: int) -> None:
+        torch_module = sys.modules.get("torch")
+        if not self._immediate and torch_module is not None and type(loss) is torch_module.Tensor:
+            # The usual: one loss tensor (Run's, detached already), kept as it is.
+            kept = self._kept
+            kept.append((batch, loss.detach() if loss.requires_grad else loss))
+            if len(kept) >= _STACK_EVERY:
+                self._stack_kept()
+            self._unchecked = True
+            self._folded_batch = batch
+            return
         tensors: list[Any] = []
         numbers: list[float] = []
-        torch_module = sys.modules.get("torch")
-        if torch_module is not None and type(loss) is torch_module.Tensor:  # usual: no walk
-            tensors.append(loss)
-        else:
-            _flatten(loss, tensors, numbers)
-        if any(not math.isfinite(n) for n in numbers):
+        _flatten(loss, tensors, numbers)
+        if numbers and any(not math.isfinite(n) for n in numbers):
             self._host_first_bad = min(self._host_first_bad, batch)
             self._unchecked = True
         if tensors and not self._immediate:
