@@ -280,3 +280,21 @@ def test_parameters_frozen_between_epochs_leave_the_norms():
         trainer.fit()
     assert mem.get_timeseries("l2_norm/param/0.weight")["step"] == [1, 2]
     assert mem.get_timeseries("l2_norm/param/2.weight")["step"] == [1, 2, 3, 4]
+
+
+@pytest.mark.filterwarnings("ignore:Using backward.. with create_graph=True")
+def test_gradients_made_with_create_graph_do_not_tie_the_logged_norms_to_autograd(both_paths):
+    model = torch.nn.Linear(3, 1)
+    loss = model(torch.randn(4, 3)).pow(2).sum()
+    loss.backward(create_graph=True)  # type: ignore[no-untyped-call]
+    assert model.weight.grad.requires_grad
+    state = State(run_name="r", model=model)
+    state.timestamp = Timestamp(batch=10)
+    mem = InMemoryLogger()
+    OptimizerMonitor().batch_end(state, Logger(state, [mem]))
+    norm = mem.most_recent_values["l2_norm/grad/global"]
+    assert not getattr(norm, "requires_grad", False)
+    expected = torch.linalg.vector_norm(torch.stack([p.grad.detach().norm() for p in model.parameters()]))
+    assert to_host({"n": norm})["n"] == pytest.approx(expected.item(), rel=1e-6)
+    for p in model.parameters():
+        p.grad = None  # break the cycle create_graph makes
