@@ -106,6 +106,7 @@ import torch.nn.functional as F
 import obsbus
 from obsbus import Callback, Event, Run, Timestamp
 from obsbus.callbacks import LRMonitor, MemoryMonitor, NaNMonitor, OptimizerMonitor, SpeedMonitor
+from obsbus.engine import overrides
 from obsbus.loggers import FileLogger, InMemoryLogger
 
 TARGET = 0.03
@@ -291,8 +292,9 @@ _HOOKS = [event.value for event in Event]
 
 
 def _overridden(plugin: Any, name: str) -> bool:
-    method = getattr(type(plugin), name, None)
-    return method is not None and method is not getattr(Callback, name, None)
+    """Whether the engine dispatches ``name`` to ``plugin`` (its own test: a plug-in may
+    turn an idle hook off with an instance attribute holding the base one)."""
+    return hasattr(Callback, name) and overrides(plugin, name)
 
 
 class HookTimer:

@@ -126,7 +126,12 @@ class Logger:
         """Log scalar metrics; values may be tensors and are not synced here."""
         if step is None:
             step = self._state.timestamp._batch
-        self._fan_out("log_metrics", dict(metrics), step)
+        metrics = dict(metrics)
+        for dest in self.destinations:  # _fan_out, inlined: this runs several times a step
+            try:
+                dest.log_metrics(metrics, step)
+            except Exception as exc:
+                self.failures.failed(dest, "log_metrics", exc)
 
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
         self._fan_out("log_hyperparameters", dict(hyperparameters))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -342,3 +344,31 @@ def test_the_fast_rss_reading_agrees_with_psutil():
     fast, reference = _rss_bytes(), psutil.Process().memory_info().rss
     assert abs(fast - reference) < 8 * 2**20
     del block
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+def test_a_forked_child_reads_its_own_rss_not_its_parents():
+    from obsbus.callbacks.memory_monitor import _rss_bytes
+
+    _rss_bytes()  # opens the descriptor of the parent's /proc/self/statm
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: grow by 256 MiB, then report the reading and the truth
+        code = 1
+        try:
+            block = bytearray(256 * 2**20)
+            block[::4096] = b"x" * len(block[::4096])
+            with open("/proc/self/statm", "rb") as f:
+                truth = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            os.write(write, f"{_rss_bytes()} {truth}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    reading, truth = map(int, os.read(read, 128).decode().split())
+    os.close(read)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    parent = _rss_bytes()
+    assert abs(truth - parent) > 64 * 2**20  # the two processes' RSS tell apart
+    assert abs(reading - truth) < 8 * 2**20, (reading, truth, parent)
