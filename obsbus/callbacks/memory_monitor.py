@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -92,10 +93,8 @@ def _rss_bytes() -> int:
     if fd is None:
         fd = -1
         if sys.platform.startswith("linux"):
-            try:
+            with contextlib.suppress(OSError):
                 fd = os.open("/proc/self/statm", os.O_RDONLY)
-            except OSError:
-                pass
         _STATM[0] = fd
     if fd >= 0:
         return int(os.pread(fd, 128, 0).split()[1]) * _PAGE_SIZE

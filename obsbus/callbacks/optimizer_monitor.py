@@ -137,9 +137,10 @@ def _l2_norms(
     """:func:`fused_l2_norms_of_groups`; with ``read_cpu``, CPU norms come back as floats.
 
     On the CPU a tensor is on the host already, so reading the per-tensor
-    norms is no sync, and summing their squares in Python (float64, via
-    ``math.fsum``) costs a few µs where ``stack`` and ``vector_norm`` cost
-    tens (every torch call is 5-10 µs of dispatch there). ``layout``, when
+    norms is no sync, and combining them in Python (``math.hypot``, in
+    float64, which does not overflow where the squares would) costs a few
+    µs where ``stack`` and ``vector_norm`` cost tens (every torch call is
+    5-10 µs of dispatch there). ``layout``, when
     the caller knows it (:func:`_layout` of the tensors, or of the
     parameters whose gradients they are), saves looking at every tensor.
     """
@@ -158,7 +159,7 @@ def _l2_norms(
             for group in groups:
                 part = numbers[start : start + len(group)]
                 start += len(group)
-                totals.append(math.sqrt(math.fsum(x * x for x in part)))
+                totals.append(math.hypot(*part))  # exact-ish, and no overflow of the squares
             return totals, numbers
         stacked = torch.stack(norms)
         sizes = [len(group) for group in groups]

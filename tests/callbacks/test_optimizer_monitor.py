@@ -298,3 +298,14 @@ def test_gradients_made_with_create_graph_do_not_tie_the_logged_norms_to_autogra
     assert to_host({"n": norm})["n"] == pytest.approx(expected.item(), rel=1e-6)
     for p in model.parameters():
         p.grad = None  # break the cycle create_graph makes
+
+
+def test_on_the_cpu_the_global_norm_does_not_overflow_where_its_squares_would():
+    model = torch.nn.Linear(1, 1, dtype=torch.float64)
+    model.weight.grad = torch.tensor([[1e160]], dtype=torch.float64)
+    model.bias.grad = torch.tensor([1e160], dtype=torch.float64)
+    state = State(run_name="r", model=model)
+    state.timestamp = Timestamp(batch=10)
+    mem = InMemoryLogger()
+    OptimizerMonitor().batch_end(state, Logger(state, [mem]))
+    assert mem.most_recent_values["l2_norm/grad/global"] == pytest.approx(math.sqrt(2) * 1e160)
