@@ -98,7 +98,9 @@ def to_host_async(values: Mapping[str, Any]) -> HostValues:
     groups: list[tuple[list[tuple[str, Any, Any]], Any]] = []
     events = []
     for device, items in by_device.items():
-        flat = _flatten_float64(items, torch)
+        # On the CPU the result is read later, on the writer: it must be a copy, never a
+        # view of the caller's float64 tensor (elsewhere the copy to the host is one).
+        flat = _flatten_float64(items, torch, copy=device.type == "cpu")
         if device.type == "cuda":
             host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
             host.copy_(flat, non_blocking=True)
@@ -130,7 +132,7 @@ def _read_cpu(value: Any) -> Any:
     return number
 
 
-def _flatten_float64(items: list[tuple[str, Any]], torch: Any) -> Any:
+def _flatten_float64(items: list[tuple[str, Any]], torch: Any, copy: bool = False) -> Any:
     """One float64 vector of every element of ``items`` (one device), in order.
 
     0-d tensors, the usual metric, are stacked per dtype in one call each
@@ -138,8 +140,8 @@ def _flatten_float64(items: list[tuple[str, Any]], torch: Any) -> Any:
     norms take ~30 µs instead of ~300 (bench finding M7). Stacking per dtype
     keeps int64 counts exact (a mixed stack would promote them to float32).
     """
-    if len(items) == 1:
-        return items[0][1].detach().reshape(-1).to(torch.float64)
+    if len(items) == 1:  # several are stacked or concatenated: a copy anyway
+        return items[0][1].detach().reshape(-1).to(torch.float64, copy=copy)
     with torch.no_grad():
         if all(t.dim() == 0 for _, t in items):
             dtype = items[0][1].dtype

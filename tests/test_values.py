@@ -69,7 +69,8 @@ def test_one_transfer_for_many_values(monkeypatch):
 
 def test_small_cpu_tensors_are_read_where_they_are_without_stacking():
     values = _many_values()
-    values["big"] = torch.arange(2000.0)  # over the read-now size: copied, converted later
+    # over the read-now size: copied (float64 too, which needs no conversion), converted later
+    values["big"] = torch.arange(2000.0, dtype=torch.float64)
     with OpSpy() as spy:
         pending = to_host_async(values)
     # One read per small tensor; the big one alone goes through a copy.
@@ -77,6 +78,10 @@ def test_small_cpu_tensors_are_read_where_they_are_without_stacking():
     values["m3"].fill_(-1.0)  # read already: later changes don't leak in
     values["big"].fill_(-1.0)
     out = pending.result()
+    alone = torch.arange(2000.0, dtype=torch.float64)  # alone in its group: no stack to copy it
+    pending_alone = to_host_async({"alone": alone})
+    alone.fill_(-1.0)
+    assert pending_alone.result()["alone"] == [float(i) for i in range(2000)]
     assert out["big"] == [float(i) for i in range(2000)]
     _check_many(values, out)
     assert to_host({"one": torch.tensor([4.0]), "grid": torch.ones(2, 1)}) == {

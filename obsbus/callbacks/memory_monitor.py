@@ -73,8 +73,12 @@ _STATM: list[int | None] = [None]  # an open descriptor of /proc/self/statm (-1:
 
 
 def _forget_statm() -> None:
-    # A forked child has the parent's descriptor, of the parent's /proc/self: open its own.
-    _STATM[0] = None
+    # A forked child has the parent's descriptor, of the parent's /proc/self: close it, and
+    # open its own at the next reading.
+    fd, _STATM[0] = _STATM[0], None
+    if fd is not None and fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 if hasattr(os, "register_at_fork"):

@@ -111,10 +111,11 @@ class NaNMonitor(Callback):
     ``check_interval``, and at ``fit_end``, the kept losses are stacked and
     read back, one transfer per device (small CPU tensors are read where
     they are), and the first bad batch is found on the host. Past 4096 kept
-    losses (a long interval) they are summed in float64 on their device
-    first (a sum is finite exactly when every part is) and only that sum is
-    read; only when it is not finite are the kept values searched for the
-    first bad batch. Every 256 kept losses are stacked
+    values on one device (a long interval; a dict loss keeps one per
+    part) they are summed in float64 on their device first (a sum is
+    finite exactly when every part is) and only that sum is read; only
+    when it is not finite does a second read search the kept values for
+    the first bad batch. Every 256 kept losses are stacked
     into one tensor, so memory stays at a few bytes per batch however long
     the interval. The price is latency: a run may train up to
     ``check_interval`` batches past the bad one (on NaN weights) before it
@@ -313,13 +314,15 @@ class NaNMonitor(Callback):
         import torch
 
         kept, self._kept = self._kept, []
-        try:
-            stacked = torch.stack([t for _, t in kept])  # the usual: 0-d losses on one device
-        except RuntimeError:  # on several devices, or of different shapes
-            stacked = None
-        if stacked is not None and stacked.dim() == 1:
-            self._stacked.setdefault(stacked.device, []).append(([b for b, _ in kept], stacked))
-            return
+        if all(t.dim() == 0 for _, t in kept):
+            try:
+                stacked = torch.stack([t for _, t in kept])  # the usual: on one device
+            except RuntimeError:  # 0-d losses on several devices: grouped below
+                stacked = None
+            if stacked is not None:
+                batches = [b for b, _ in kept]
+                self._stacked.setdefault(stacked.device, []).append((batches, stacked))
+                return
         by_device: dict[Any, tuple[list[int], list[torch.Tensor]]] = {}
         for batch, t in kept:
             batches, values = by_device.setdefault(t.device, ([], []))

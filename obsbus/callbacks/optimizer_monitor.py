@@ -231,17 +231,18 @@ class OptimizerMonitor(Callback):
     The parameter norm is of the parameters after the step.
 
     Cost: nothing on batches that are not due. On a due batch, one fused
-    ``torch._foreach_norm`` per device over the gradients and the parameters
-    together, one ``stack`` of its outputs, and one ``vector_norm`` for each
-    of the two global norms; the per-layer norms are the fused call's
-    outputs, so they cost no extra kernel. The parameter list is looked up
-    once per epoch. ``log_num_zeros`` adds one ``count_nonzero`` per
-    gradient. Every value is logged as a tensor on the device, with no sync:
-    the destinations turn them into numbers at their own interval. On the
-    CPU, where a tensor is on the host already and reading it waits for
-    nothing, the per-tensor norms are read and the global norms summed in
-    Python instead of by ``stack`` and ``vector_norm`` (a few µs against
-    ~50): the norms are then Python floats. When the
+    ``torch._foreach_norm`` per device over the gradients (and the
+    parameters, with ``log_param_norm``, in the same call), one ``stack`` of
+    its outputs, and one ``vector_norm`` for the global norms; the per-layer
+    norms are the fused call's outputs, so they cost no extra kernel. The
+    parameter list is looked up once per epoch. ``log_num_zeros`` adds one
+    ``count_nonzero`` per gradient. Every value is logged as a tensor on the
+    device, with no sync: the destinations turn them into numbers at their
+    own interval. On the CPU, where a tensor is on the host already and
+    reading it waits for nothing, the per-tensor norms are read and combined
+    in Python (``math.hypot``) instead of by ``stack`` and ``vector_norm`` (a
+    few µs against ~50): when every tensor shares one dtype class (the
+    usual), the norms are then Python floats. When the
     parameters sit on several devices, each device's norm is computed where
     it lives and the results meet on the first accelerator.
 
@@ -260,7 +261,7 @@ class OptimizerMonitor(Callback):
     parameters.
 
     Keys (L2 norms are in the units of the gradients and parameters, as
-    float32 0-d tensors, float64 when any tensor is float64; floats on the CPU):
+    float32 0-d tensors, float64 when any tensor is float64; floats on the CPU, above):
 
     - ``l2_norm/grad/global``: the L2 norm of all gradients taken as one
       vector (what ``torch.nn.utils.get_total_norm`` returns).
@@ -324,15 +325,24 @@ class OptimizerMonitor(Callback):
         self._params: list[tuple[str, torch.Tensor]] | None = None
         self._params_model: object = None
         self._layout: tuple[torch.device, Any] | None = None
+        self._layout_of: Any = None  # the first parameter's (dtype, device) for _layout
 
     def _parameters(self, state: State) -> list[tuple[str, torch.Tensor]]:
         """The trainable parameters, looked up once per epoch (or when the model changes)."""
-        if self._params is None or self._params_model is not state.model:
-            self._params = _trainable_parameters(state)
+        params = self._params
+        if params is None or self._params_model is not state.model:
+            params = self._params = _trainable_parameters(state)
             self._params_model = state.model
-            # A gradient has its parameter's device and dtype: one layout serves both.
-            self._layout = _layout([p for _, p in self._params]) if self._params else None
-        return self._params
+            self._layout_of = None
+        if params:
+            first = params[0][1]
+            key = (first.dtype, first.device)
+            if key != self._layout_of:
+                # A gradient has its parameter's device and dtype: one layout serves both.
+                # Found again when the first parameter moves or changes dtype (model.half()).
+                self._layout = _layout([p for _, p in params])
+                self._layout_of = key
+        return params
 
     @override
     def epoch_start(self, state: State, logger: Logger) -> None:
@@ -354,8 +364,10 @@ class OptimizerMonitor(Callback):
             groups = ([grads] if grads else []) + (
                 [[p for _, p in params]] if self.log_param_norm else []
             )
-            # one fused call for both
-            totals, each = _l2_norms(groups, read_cpu=True, layout=self._layout)
+            # one fused call for both (none at all without gradients or parameter norm)
+            totals, each = (
+                _l2_norms(groups, read_cpu=True, layout=self._layout) if groups else ([], [])
+            )
             if grads:
                 metrics["l2_norm/grad/global"] = totals[0]
                 if self.log_per_layer:

@@ -277,7 +277,9 @@ def read_all_max(request, monkeypatch):
     monkeypatch.setattr(nan_module, "_READ_ALL_MAX", request.param)
 
 
-def test_a_long_interval_keeps_memory_bounded_and_still_names_the_first_bad_batch(read_all_max):
+def test_a_long_interval_keeps_memory_bounded_and_still_names_the_first_bad_batch(
+    read_all_max, both_paths
+):
     losses = [torch.tensor(0.5) for _ in range(700)]
     losses[299] = torch.tensor(float("inf"))
     losses[650] = torch.tensor(float("nan"))

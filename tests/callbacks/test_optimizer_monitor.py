@@ -199,7 +199,8 @@ def test_half_precision_norms_do_not_overflow():
     assert count_zeros([torch.zeros(3, dtype=torch.bfloat16), torch.tensor([1.0, 0.0])]).item() == 4
 
 
-def test_a_loop_that_drops_its_gradients_is_told_once():
+@pytest.mark.parametrize("log_param_norm", [False, True], ids=["default", "param-norm"])
+def test_a_loop_that_drops_its_gradients_is_told_once(both_paths, log_param_norm):
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     mem = InMemoryLogger()
@@ -209,7 +210,7 @@ def test_a_loop_that_drops_its_gradients_is_told_once():
             model=model,
             optimizers=opt,
             max_duration="3ba",
-            callbacks=[OptimizerMonitor("1ba", log_param_norm=True)],
+            callbacks=[OptimizerMonitor("1ba", log_param_norm=log_param_norm)],
             loggers=[mem],
         ) as run:
             for x, y in run.train(regression_data(3)):
@@ -223,7 +224,7 @@ def test_a_loop_that_drops_its_gradients_is_told_once():
         drop_gradients_after_each_step()
     assert len([w for w in record if issubclass(w.category, ObsbusWarning)]) == 1
     assert "l2_norm/grad/global" not in mem.data
-    assert len(mem.data["l2_norm/param/global"]) == 3
+    assert len(mem.data.get("l2_norm/param/global", [])) == (3 if log_param_norm else 0)
 
 
 def test_without_a_model_the_optimizers_parameters_are_used(both_paths):
@@ -309,3 +310,20 @@ def test_on_the_cpu_the_global_norm_does_not_overflow_where_its_squares_would():
     mem = InMemoryLogger()
     OptimizerMonitor().batch_end(state, Logger(state, [mem]))
     assert mem.most_recent_values["l2_norm/grad/global"] == pytest.approx(math.sqrt(2) * 1e160)
+
+
+def test_a_model_cast_mid_epoch_gets_norms_in_float32(both_paths):
+    # The layout (device, norm dtype) is kept per epoch; a cast to half within the epoch
+    # must still give float32 norms, or the device path's float16 norms overflow.
+    model = torch.nn.Linear(4, 1, bias=False)
+    state = State(run_name="r", model=model)
+    state.timestamp = Timestamp(batch=1)
+    mem = InMemoryLogger()
+    monitor = OptimizerMonitor("1ba")
+    model.weight.grad = torch.ones_like(model.weight)
+    monitor.batch_end(state, Logger(state, [mem]))
+    model.half()
+    model.weight.grad = torch.full_like(model.weight, 300.0)  # squares overflow float16
+    state.timestamp = Timestamp(batch=2)
+    monitor.batch_end(state, Logger(state, [mem]))
+    assert to_host({"n": mem.most_recent_values["l2_norm/grad/global"]})["n"] == 600.0
