@@ -15,10 +15,18 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["HostValues", "is_tensor", "to_host", "to_host_async", "to_number"]
+__all__ = [
+    "HostRows",
+    "HostValues",
+    "is_tensor",
+    "rows_to_host_async",
+    "to_host",
+    "to_host_async",
+    "to_number",
+]
 
 
 def is_tensor(value: object) -> bool:
@@ -171,6 +179,36 @@ def _python_type(dtype: Any, torch: Any) -> type:
     if dtype.is_floating_point or dtype.is_complex:
         return float
     return int
+
+
+class HostRows:
+    """Rows of values on their way to the host; :meth:`result` gives each row as numbers."""
+
+    __slots__ = ("_pending", "_rows")
+
+    def __init__(self, pending: HostValues, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._pending = pending
+        self._rows = rows  # only their keys are read, in result()
+
+    def result(self) -> list[dict[str, Any]]:
+        """Wait for the copies (if any); one ``{key: number}`` per row, in order."""
+        numbers = self._pending.result()
+        return [{k: numbers[f"{i}\x00{k}"] for k in row} for i, row in enumerate(self._rows)]
+
+
+def rows_to_host_async(rows: Sequence[Mapping[str, Any]]) -> HostRows:
+    """:func:`to_host_async` of several rows (one per logged step) at once: one transfer.
+
+    What a destination that holds rows between writes hands its writer. The
+    rows must not change afterwards (their keys are read by :meth:`HostRows.result`).
+
+    Example:
+        >>> import torch
+        >>> rows_to_host_async([{"loss": torch.tensor(0.5)}, {"loss": 0.25, "lr": 0.1}]).result()
+        [{'loss': 0.5}, {'loss': 0.25, 'lr': 0.1}]
+    """
+    values = {f"{i}\x00{k}": v for i, row in enumerate(rows) for k, v in row.items()}
+    return HostRows(to_host_async(values), rows)
 
 
 def to_host(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from torch.overrides import TorchFunctionMode
 from obsbus import Callback, Trainer
 from obsbus import values as values_module
 from obsbus.loggers import ConsoleLogger, InMemoryLogger
-from obsbus.values import to_host, to_host_async
+from obsbus.values import rows_to_host_async, to_host, to_host_async
 
 from .helpers import regression_data, tiny_model
 
@@ -145,3 +145,14 @@ def test_mixed_dtypes_and_shapes_keep_their_values_and_order(both_paths):
         "loss2": 3.0, "plain": 7,
     }
     assert list(to_host(values)) == list(values)
+
+
+def test_rows_go_over_in_one_transfer_and_come_back_per_row(monkeypatch):
+    monkeypatch.setattr(values_module, "_READ_CPU_NOW", False)  # the device path
+    rows = [{"loss": torch.tensor(0.5), "lr": 0.1}, {}, {"loss": torch.tensor(0.25), "n": torch.tensor(3)}]
+    with SyncSpy() as spy:
+        pending = rows_to_host_async(rows)
+        out = pending.result()
+    assert spy.calls == ["tolist"]
+    assert out == [{"loss": 0.5, "lr": 0.1}, {}, {"loss": 0.25, "n": 3}]
+    assert [list(r) for r in out] == [list(r) for r in rows]  # each row keeps its key order

@@ -37,7 +37,7 @@ from obsbus.loggers._run_metadata import environment_snapshot, flatten_hyperpara
 from obsbus.run_folder import os_user
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
-from obsbus.values import HostValues, to_host_async
+from obsbus.values import HostRows, rows_to_host_async
 from obsbus.writer import BackgroundWriter, WritePeriod
 
 __all__ = ["RunInfo", "TrackerDestination"]
@@ -302,25 +302,23 @@ class TrackerDestination(LoggerDestination):
             return
         held, self._held = self._held, []
         self._period.handed_over()
-        values = {f"{i}\x00{k}": v for i, (_, m) in enumerate(held) for k, v in m.items()}
-        self._submit(self._write_held, held, to_host_async(values))
+        self._submit(self._write_held, held, rows_to_host_async([m for _, m in held]))
 
     def _hand_over_if_due(self) -> None:
         """Hand over when ``write_period`` has passed since the last one, or too much is held."""
         if len(self._held) >= MAX_HELD_STEPS or self._period.due():
             self._hand_over()
 
-    def _write_held(self, held: list[tuple[int, dict[str, Any]]], pending: HostValues) -> None:
+    def _write_held(self, held: list[tuple[int, dict[str, Any]]], pending: HostRows) -> None:
         """Consecutive rows of one step with different keys go to the client as one call."""
-        numbers = pending.result()
         row: dict[str, Any] = {}
         row_step = held[0][0]
-        for i, (step, metrics) in enumerate(held):
-            if row and (step != row_step or not row.keys().isdisjoint(metrics)):
+        for (step, _), values in zip(held, pending.result(), strict=True):
+            if row and (step != row_step or not row.keys().isdisjoint(values)):
                 self._client_log_metrics(row, row_step)
                 row = {}
             row_step = step
-            row.update({k: numbers[f"{i}\x00{k}"] for k in metrics})
+            row.update(values)
         if row:
             self._client_log_metrics(row, row_step)
 

@@ -22,7 +22,7 @@ from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
 from obsbus.naming import check_placeholders
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
-from obsbus.values import HostValues, to_host_async
+from obsbus.values import HostRows, rows_to_host_async
 from obsbus.writer import BackgroundWriter, WritePeriod
 
 __all__ = ["FileLogger"]
@@ -265,8 +265,7 @@ class FileLogger(LoggerDestination):
             return
         held, self._held = self._held, []
         self._period.handed_over()
-        values = {f"{i}\x00{k}": v for i, (*_, m) in enumerate(held) for k, v in m.items()}
-        self._writer.submit(self._write_metrics, held, to_host_async(values))
+        self._writer.submit(self._write_metrics, held, rows_to_host_async([r[-1] for r in held]))
 
     def _flush(self, fsync: bool, upload: bool = True) -> None:
         self._hand_over()
@@ -332,13 +331,11 @@ class FileLogger(LoggerDestination):
             self._text.write("".join(line + "\n" for line in lines))
 
     def _write_metrics(
-        self, held: list[tuple[int, int, int, float, dict[str, Any]]], pending: HostValues
+        self, held: list[tuple[int, int, int, float, dict[str, Any]]], pending: HostRows
     ) -> None:
-        numbers = pending.result()
         text: list[str] = []
         rows: list[str] = []
-        for i, (step, epoch, batch, wall, metrics) in enumerate(held):
-            values = {k: numbers[f"{i}\x00{k}"] for k in metrics}
+        for (step, epoch, batch, wall, _), values in zip(held, pending.result(), strict=True):
             text.extend(
                 f"[metric][batch={step}]: {k}: {format_value(v)}" for k, v in values.items()
             )

@@ -32,7 +32,7 @@ from obsbus.loggers._tracker_media import hold_images, hold_table, image_arrays,
 from obsbus.run_folder import os_user
 from obsbus.state import State
 from obsbus.time import TimeLike
-from obsbus.values import HostValues
+from obsbus.values import HostRows, HostValues
 
 __all__ = ["MLFlowLogger"]
 
@@ -347,7 +347,7 @@ class MLFlowLogger(TrackerDestination):
         self._live().add_metrics(values, step)
 
     @override
-    def _write_held(self, held: list[tuple[int, dict[str, Any]]], pending: HostValues) -> None:
+    def _write_held(self, held: list[tuple[int, dict[str, Any]]], pending: HostRows) -> None:
         super()._write_held(held, pending)
         run = self._live()
         run.send(self.flush_interval)
