@@ -12,6 +12,7 @@ from typing_extensions import override
 
 from obsbus import dist
 from obsbus.callback import Callback
+from obsbus.callbacks._kept_losses import NONE_BAD, KeptLosses
 from obsbus.errors import ObsbusError
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger
@@ -29,12 +30,6 @@ log = logging.getLogger("obsbus")
 MODES = ("deferred", "immediate")
 SOURCES = ("loss", "gradient")  # in the order a tie is named
 ON_NAN = ("raise", "stop", "log")
-_NONE_BAD = 2**62  # "no bad batch yet": larger than any batch number
-_STACK_EVERY = 256  # kept losses stacked into one tensor per device
-# Up to this many kept losses a check reads them all (one small transfer, and the first
-# bad batch is known at once); more are summed on the device first, and only a sum
-# that is not finite costs a second read to find the batch.
-_READ_ALL_MAX = 4096
 
 
 class NonFiniteLossError(ObsbusError):
@@ -211,12 +206,10 @@ class NaNMonitor(Callback):
         self._check_grad_norm = check_grad_norm
         self._immediate = mode == "immediate"
         self._skip_idle_hooks()
-        # (source, device) -> int64 0-d tensor: the first bad batch, or _NONE_BAD.
+        # (source, device) -> int64 0-d tensor: the first bad batch, or NONE_BAD.
         self._flags: dict[tuple[str, Any], torch.Tensor] = {}
-        self._host_first_bad: int = _NONE_BAD  # losses given as Python numbers
-        # Deferred mode: losses kept since the last check, and those already stacked.
-        self._kept: list[tuple[int, torch.Tensor]] = []
-        self._stacked: dict[Any, list[tuple[list[int], torch.Tensor]]] = {}
+        self._host_first_bad: int = NONE_BAD  # losses given as Python numbers
+        self._losses = KeptLosses()  # deferred mode: the losses since the last check
         self._unchecked = False  # something was folded since the last check
         self._folded_batch = -1
 
@@ -259,7 +252,7 @@ class NaNMonitor(Callback):
         if flag is None:
             import torch
 
-            flag = torch.full((), _NONE_BAD, dtype=torch.int64, device=device)
+            flag = torch.full((), NONE_BAD, dtype=torch.int64, device=device)
             self._flags[source, device] = flag
         return flag
 
@@ -278,11 +271,7 @@ class NaNMonitor(Callback):
     def _fold_loss(self, loss: Any, batch: int) -> None:
         torch_module = sys.modules.get("torch")
         if not self._immediate and torch_module is not None and type(loss) is torch_module.Tensor:
-            # The usual: one loss tensor (Run's, detached already), kept as it is.
-            kept = self._kept
-            kept.append((batch, loss.detach() if loss.requires_grad else loss))
-            if len(kept) >= _STACK_EVERY:
-                self._stack_kept()
+            self._losses.keep(batch, loss)  # the usual: one loss tensor, Run's, detached
             self._unchecked = True
             self._folded_batch = batch
             return
@@ -293,11 +282,8 @@ class NaNMonitor(Callback):
             self._host_first_bad = min(self._host_first_bad, batch)
             self._unchecked = True
         if tensors and not self._immediate:
-            kept = self._kept
-            for t in tensors:  # Run's batch loss is detached already: no kernel then
-                kept.append((batch, t.detach() if t.requires_grad else t))
-            if len(kept) >= _STACK_EVERY:
-                self._stack_kept()
+            for t in tensors:
+                self._losses.keep(batch, t)
             self._unchecked = True
         elif tensors:
             import torch
@@ -308,57 +294,6 @@ class NaNMonitor(Callback):
                 oks.append(finite.reshape(()) if t.numel() == 1 else finite.all())
             self._fold("loss", oks, batch)
         self._folded_batch = batch
-
-    def _stack_kept(self) -> None:
-        """Stack the kept losses into one tensor per device (no transfer; dtypes promote)."""
-        import torch
-
-        kept, self._kept = self._kept, []
-        if all(t.dim() == 0 for _, t in kept):
-            try:
-                stacked = torch.stack([t for _, t in kept])  # the usual: on one device
-            except RuntimeError:  # 0-d losses on several devices: grouped below
-                stacked = None
-            if stacked is not None:
-                batches = [b for b, _ in kept]
-                self._stacked.setdefault(stacked.device, []).append((batches, stacked))
-                return
-        by_device: dict[Any, tuple[list[int], list[torch.Tensor]]] = {}
-        for batch, t in kept:
-            batches, values = by_device.setdefault(t.device, ([], []))
-            batches.append(batch)
-            if t.dim():
-                t = t.reshape(()) if t.numel() == 1 else t.sum(dtype=torch.float64)
-            values.append(t)
-        for device, (batches, values) in by_device.items():
-            stacked = torch.stack(values)
-            self._stacked.setdefault(device, []).append((batches, stacked))
-
-    def _take_kept(self) -> list[tuple[list[int], torch.Tensor]]:
-        """Every loss kept since the last check: one ``(batches, values)`` per device."""
-        import torch
-
-        if self._kept:
-            self._stack_kept()
-        stacked, self._stacked = self._stacked, {}
-        return [
-            (
-                [b for batches, _ in parts for b in batches],
-                parts[0][1] if len(parts) == 1 else torch.cat([v for _, v in parts]),
-            )
-            for parts in stacked.values()
-        ]
-
-    @staticmethod
-    def _first_bad(batches: list[int], values: torch.Tensor) -> int:
-        """The first batch whose value is not finite (a second transfer, only after a bad sum)."""
-        import torch
-
-        bad = (~torch.isfinite(values)).nonzero().reshape(-1)[:1]
-        first = to_host({"i": bad})["i"]
-        if first == []:
-            return _NONE_BAD  # the sum of finite values overflowed: nothing was bad
-        return batches[first if isinstance(first, int) else first[0]]
 
     @override
     def after_loss(self, state: State, logger: Logger) -> None:
@@ -436,38 +371,23 @@ class NaNMonitor(Callback):
         if not self._unchecked and world == 1:
             return  # nothing folded since the last read (ranks > 1 read anyway, in step)
         self._unchecked = False
-        local = {source: _NONE_BAD for source in SOURCES}
+        local = {source: NONE_BAD for source in SOURCES}
         local["loss"] = self._host_first_bad
-        self._host_first_bad = _NONE_BAD
+        self._host_first_bad = NONE_BAD
         keys = list(self._flags)
-        kept = self._take_kept()
-        due = {str(i): self._flags[key] for i, key in enumerate(keys)}
-        for i, (batches, kept_values) in enumerate(kept):
-            if len(batches) > _READ_ALL_MAX:
-                import torch
-
-                # float64: a sum of finite float16/float32 values can't overflow it
-                kept_values = kept_values.sum(dtype=torch.float64)
-            due[f"kept{i}"] = kept_values
+        taken = self._losses.take()
+        due: dict[str, Any] = {str(i): self._flags[key] for i, key in enumerate(keys)}
+        due.update(KeptLosses.to_read(taken))
         values = to_host(due)  # one transfer per device
         for i, key in enumerate(keys):
             first = values[str(i)]
-            if first != _NONE_BAD:
+            if first != NONE_BAD:
                 local[key[0]] = min(local[key[0]], first)
-                self._flags[key].fill_(_NONE_BAD)
-        for i, (batches, kept_values) in enumerate(kept):
-            got = values[f"kept{i}"]
-            if len(batches) <= _READ_ALL_MAX:  # every value read: the first bad one is right here
-                got = got if type(got) is list else [got]
-                for b, x in zip(batches, got, strict=True):
-                    if not math.isfinite(x):
-                        local["loss"] = min(local["loss"], b)
-                        break
-            elif not math.isfinite(got):
-                local["loss"] = min(local["loss"], self._first_bad(batches, kept_values))
+                self._flags[key].fill_(NONE_BAD)
+        local["loss"] = min(local["loss"], KeptLosses.first_bad(taken, values))
         rows = _gather_rows([local[s] for s in SOURCES]) if world > 1 else [list(local.values())]
         batch = min(min(row) for row in rows)
-        if batch == _NONE_BAD:
+        if batch == NONE_BAD:
             return
         # On a tie the loss is named: a bad loss makes bad gradients, not the other way.
         column = next(i for i in range(len(SOURCES)) if any(row[i] == batch for row in rows))
@@ -492,7 +412,7 @@ def _gather_rows(row: list[int]) -> list[list[int]]:
     import torch
     import torch.distributed as tdist
 
-    table = torch.full((dist.get_world_size(), len(row)), _NONE_BAD, dtype=torch.int64)
+    table = torch.full((dist.get_world_size(), len(row)), NONE_BAD, dtype=torch.int64)
     table[dist.get_rank()] = torch.tensor(row, dtype=torch.int64)
     backend = str(tdist.get_backend()).lower()
     if "gloo" not in backend and "mpi" not in backend and torch.cuda.is_available():

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from obsbus import Callback, Event, Logger, Run, State, Timestamp, Trainer
 from obsbus import values as values_module
-from obsbus.callbacks import nan_monitor as nan_module
+from obsbus.callbacks import _kept_losses as kept_module
 from obsbus.callbacks.nan_monitor import NaNMonitor, NonFiniteLossError
 from obsbus.loggers import InMemoryLogger
 
@@ -274,7 +274,7 @@ def _run_losses(monitor, losses):
 @pytest.fixture(params=[4096, 0], ids=["read-all", "sum-first"])
 def read_all_max(request, monkeypatch):
     """Checks that read every kept loss, and those that sum them first (past 4096 losses)."""
-    monkeypatch.setattr(nan_module, "_READ_ALL_MAX", request.param)
+    monkeypatch.setattr(kept_module, "_READ_ALL_MAX", request.param)
 
 
 def test_a_long_interval_keeps_memory_bounded_and_still_names_the_first_bad_batch(
@@ -286,7 +286,7 @@ def test_a_long_interval_keeps_memory_bounded_and_still_names_the_first_bad_batc
     monitor = NaNMonitor("1000ba")
     with pytest.raises(NonFiniteLossError, match="at batch 300, found by the check after batch 700"):
         _run_losses(monitor, losses)
-    assert monitor._kept == [] and monitor._stacked == {}
+    assert monitor._losses._kept == [] and monitor._losses._stacked == {}
 
 
 def test_the_stacked_losses_are_bounded_between_checks():
@@ -295,7 +295,7 @@ def test_the_stacked_losses_are_bounded_between_checks():
 
     class Probe(EventCounter):
         def batch_end(self, state, logger):
-            seen.append((len(monitor._kept), sum(len(p) for p in monitor._stacked.values())))
+            seen.append((len(monitor._losses._kept), sum(len(p) for p in monitor._losses._stacked.values())))
 
     with Run(max_duration="600ba", callbacks=[monitor, Probe()]) as run:
         for _ in run.train([[0]] * 600):
@@ -320,7 +320,7 @@ def test_a_bad_microbatch_names_its_batch_in_deferred_mode(weights):
 
     class Spy(Callback):
         def batch_end(self, state, logger):
-            kept_graphs.extend(t.grad_fn for _, t in monitor._kept)
+            kept_graphs.extend(t.grad_fn for _, t in monitor._losses._kept)
 
     monitor = NaNMonitor("10ba")
     w = torch.ones(1, requires_grad=True)
