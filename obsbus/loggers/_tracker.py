@@ -151,6 +151,10 @@ class TrackerDestination(LoggerDestination):
     def _client_finish(self, failed: bool) -> None:
         """End the client's run; ``failed`` when the run ended with an exception."""
 
+    def _client_flush(self) -> None:
+        """Push what the client buffers to its backend (writer thread), at fit end, on
+        ``exception`` and whenever the subclass calls :meth:`_flush_client`."""
+
     # -------------------------------------------------------- shared plumbing
     @property
     def active(self) -> bool:
@@ -220,7 +224,7 @@ class TrackerDestination(LoggerDestination):
         try:
             if self._client_ready or fn == self._start_client:
                 fn(*args)
-            elif fn != self._client_finish:
+            elif fn != self._client_finish and fn != self._client_flush:  # not writes
                 self._skipped += self._writes_in(fn, args)
         finally:
             self._last_progress = time.monotonic()
@@ -338,14 +342,20 @@ class TrackerDestination(LoggerDestination):
 
     @override
     def fit_end(self, state: State, logger: Logger) -> None:
-        self._hand_over()
+        self._flush_client()
         self._writer.flush(timeout=self.close_timeout)
 
     @override
     def exception(self, state: State, logger: Logger) -> None:
         self._failed_run = True
-        self._hand_over()
+        self._flush_client()
         self._writer.flush(timeout=self.close_timeout)
+
+    def _flush_client(self) -> None:
+        """Hand everything held over, then queue :meth:`_client_flush` (if the client has one)."""
+        self._hand_over()
+        if self._started and type(self)._client_flush is not TrackerDestination._client_flush:
+            self._submit(self._client_flush)
 
     @override
     def close(self, state: State, logger: Logger) -> None:

@@ -367,7 +367,8 @@ class MLFlowLogger(TrackerDestination):
         except Exception as exc:  # reported like the writer's own failures
             self._writer.failures.report(self.name, "send", exc)
 
-    def _flush_client(self) -> None:
+    @override
+    def _client_flush(self) -> None:
         self._live().flush()
 
     @override
@@ -428,21 +429,6 @@ class MLFlowLogger(TrackerDestination):
         self, columns: list[str], rows: list[list[Any]], pending: HostValues, name: str, step: int
     ) -> None:
         self._live().log_table(columns, table_rows(rows, pending), name, step)
-
-    def _flush_now(self) -> None:
-        self._hand_over()
-        if self._client_ready:
-            self._submit(self._flush_client)
-
-    @override
-    def fit_end(self, state: State, logger: Logger) -> None:
-        self._flush_now()
-        super().fit_end(state, logger)
-
-    @override
-    def exception(self, state: State, logger: Logger) -> None:
-        self._flush_now()
-        super().exception(state, logger)
 
     @override
     def close(self, state: State, logger: Logger) -> None:

@@ -266,9 +266,8 @@ class TensorboardLogger(TrackerDestination):
         if self._derives and self._active and self.log_interval.at_batch_end(state):
             self._held.append((state.timestamp._batch, self._derived(state)))
         super().batch_end(state, logger)
-        if self._started and state.timestamp._batch % self.flush_interval == 0:
-            self._hand_over()  # a flushed event file holds every step up to here
-            self._submit(self._sync, True)
+        if state.timestamp._batch % self.flush_interval == 0:
+            self._flush_client()  # a flushed event file holds every step up to here
 
     @override
     def epoch_end(self, state: State, logger: Logger) -> None:
@@ -276,20 +275,6 @@ class TensorboardLogger(TrackerDestination):
         if self._derives and self._active and epochs and self.log_interval.at_epoch_end(state):
             self._held.append((state.timestamp._batch, self._derived(state)))
         super().epoch_end(state, logger)
-
-    @override
-    def fit_end(self, state: State, logger: Logger) -> None:
-        if self._started:
-            self._hand_over()
-            self._submit(self._sync, True)
-        super().fit_end(state, logger)
-
-    @override
-    def exception(self, state: State, logger: Logger) -> None:
-        if self._started:
-            self._hand_over()
-            self._submit(self._sync, True)
-        super().exception(state, logger)
 
     @override
     def log_images(
@@ -405,9 +390,10 @@ class TensorboardLogger(TrackerDestination):
         for i, array in enumerate(arrays):
             self._write(image_summary(name if len(arrays) == 1 else f"{name}/{i}", array), step)
 
-    def _sync(self, hand_over: bool) -> None:
+    @override
+    def _client_flush(self) -> None:
         if self._files is not None:
-            self._files.flush(hand_over)
+            self._files.flush(True)  # and hand the event file to upload_file
 
     @override
     def _client_finish(self, failed: bool) -> None:

@@ -329,3 +329,38 @@ def test_the_default_project_is_work_group_and_user_name_from_the_run_folder(tmp
         tracker = FakeTracker(log_env=False, log_git=False)
         _train(tracker, batches=1, run_folder=folder)
         assert tracker.of("start")[0].project == project
+
+
+class FlushingTracker(FakeTracker):
+    def _client_flush(self) -> None:
+        self._record("flush", None)
+
+
+def test_a_client_flush_follows_the_last_metrics_at_fit_end_and_on_exception():
+    tracker = FlushingTracker(log_interval="2ba", log_env=False, log_git=False)
+    _train(tracker, batches=3)
+    names = [name for name, _ in tracker.calls]
+    # the held batch-3 row goes before the flush, the flush before the finish
+    assert names[-3:] == ["metrics", "flush", "finish"], names
+    assert tracker._skipped == 0 and tracker.undelivered_writes == 0
+
+    failing = FlushingTracker(log_env=False, log_git=False)
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        Run(max_duration="5ba", loggers=[failing]) as run,
+    ):
+        for i, _ in enumerate(run.train([[0]] * 5)):
+            run.state.loss = torch.tensor(1.0)
+            if i == 1:
+                raise RuntimeError("boom")
+    assert "flush" in [name for name, _ in failing.calls]
+    assert failing.of("finish") == [True]
+
+
+def test_a_tracker_without_a_client_flush_queues_none():
+    tracker = FakeTracker(log_env=False, log_git=False)
+    submitted: list[Any] = []
+    real_submit = tracker._submit
+    tracker._submit = lambda fn, *args: submitted.append(fn) or real_submit(fn, *args)
+    _train(tracker, batches=2)
+    assert tracker._client_flush not in submitted
