@@ -35,9 +35,6 @@ class KeptLosses:
         self._kept: list[tuple[int, torch.Tensor]] = []
         self._stacked: dict[Any, list[tuple[list[int], torch.Tensor]]] = {}
 
-    def __bool__(self) -> bool:
-        return bool(self._kept or self._stacked)
-
     def keep(self, batch: int, loss: torch.Tensor) -> None:
         kept = self._kept
         kept.append((batch, loss.detach() if loss.requires_grad else loss))

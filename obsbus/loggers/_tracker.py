@@ -127,7 +127,13 @@ class TrackerDestination(LoggerDestination):
         self._failed_run = False
         self._last_progress = time.monotonic()
         self._dropped = 0
+        self._drop_told = False  # the first drop is reported, once
         self._skipped = 0
+        # Writes queued (training thread) and run or skipped (writer thread); what close gave
+        # up on is their difference.
+        self._queued = 0
+        self._ran = 0
+        self._gave_up = False
 
     # ------------------------------------------------ for subclasses to fill
     def _check_credentials(self) -> None:
@@ -153,7 +159,7 @@ class TrackerDestination(LoggerDestination):
 
     def _client_flush(self) -> None:
         """Push what the client buffers to its backend (writer thread), at fit end, on
-        ``exception`` and whenever the subclass calls :meth:`_flush_client`."""
+        ``exception`` and whenever the subclass calls :meth:`_hand_over_and_flush`."""
 
     # -------------------------------------------------------- shared plumbing
     @property
@@ -168,11 +174,13 @@ class TrackerDestination(LoggerDestination):
 
     @property
     def undelivered_writes(self) -> int:
-        """Writes not delivered: dropped while the client hung, or skipped as it never started.
+        """Writes not delivered: dropped while the client hung, skipped as it never started,
+        or left in the queue (or running) when ``close`` stopped waiting for a hung client.
 
         Each ``log_metrics`` call counts as one write, however they were batched.
         """
-        return self._dropped + self._skipped
+        left = self._queued - self._ran if self._gave_up else 0
+        return self._dropped + self._skipped + left
 
     def default_project(self) -> str:
         """Primus's default project name, ``{work_group}_{user_name}``, from the run folder.
@@ -205,8 +213,9 @@ class TrackerDestination(LoggerDestination):
         if not stalled and writer.try_submit(
             self._run_client, fn, args, timeout=self.close_timeout
         ):
+            self._queued += self._writes_in(fn, args)
             return
-        first = self._dropped == 0
+        first, self._drop_told = not self._drop_told, True
         self._dropped += self._writes_in(fn, args)
         if first:
             log.error(
@@ -217,16 +226,21 @@ class TrackerDestination(LoggerDestination):
             )
 
     def _writes_in(self, fn: Callable[..., None], args: tuple[Any, ...]) -> int:
-        """How many writes a queued call holds (a metrics hand-over: one per row)."""
-        return len(args[0]) if fn == self._write_held else 1
+        """How many writes a queued call holds (a metrics hand-over: one per row; the start,
+        a flush or the finish: none, they carry no data of their own)."""
+        if fn == self._write_held:
+            return len(args[0])
+        control = (self._start_client, self._client_flush, self._client_finish)
+        return 0 if fn in control else 1
 
     def _run_client(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
             if self._client_ready or fn == self._start_client:
                 fn(*args)
-            elif fn != self._client_finish and fn != self._client_flush:  # not writes
+            else:
                 self._skipped += self._writes_in(fn, args)
         finally:
+            self._ran += self._writes_in(fn, args)
             self._last_progress = time.monotonic()
 
     def _start_client(self, info: RunInfo) -> None:
@@ -342,16 +356,16 @@ class TrackerDestination(LoggerDestination):
 
     @override
     def fit_end(self, state: State, logger: Logger) -> None:
-        self._flush_client()
+        self._hand_over_and_flush()
         self._writer.flush(timeout=self.close_timeout)
 
     @override
     def exception(self, state: State, logger: Logger) -> None:
         self._failed_run = True
-        self._flush_client()
+        self._hand_over_and_flush()
         self._writer.flush(timeout=self.close_timeout)
 
-    def _flush_client(self) -> None:
+    def _hand_over_and_flush(self) -> None:
         """Hand everything held over, then queue :meth:`_client_flush` (if the client has one)."""
         self._hand_over()
         if self._started and type(self)._client_flush is not TrackerDestination._client_flush:
@@ -363,7 +377,7 @@ class TrackerDestination(LoggerDestination):
             return
         self._hand_over()
         self._submit(self._client_finish, self._failed_run or state.exception is not None)
-        self._writer.close(timeout=self.close_timeout)
+        self._gave_up = not self._writer.close(timeout=self.close_timeout)
         if self._dropped:
             log.error("obsbus: %s dropped %d write(s); see above.", self.name, self._dropped)
         if self._skipped:

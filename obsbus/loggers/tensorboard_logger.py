@@ -267,7 +267,7 @@ class TensorboardLogger(TrackerDestination):
             self._held.append((state.timestamp._batch, self._derived(state)))
         super().batch_end(state, logger)
         if state.timestamp._batch % self.flush_interval == 0:
-            self._flush_client()  # a flushed event file holds every step up to here
+            self._hand_over_and_flush()  # a flushed event file holds every step up to here
 
     @override
     def epoch_end(self, state: State, logger: Logger) -> None:
