@@ -141,7 +141,8 @@ def _read_cpu(value: Any) -> Any:
 
 
 def _flatten_float64(items: list[tuple[str, Any]], torch: Any, copy: bool = False) -> Any:
-    """One float64 vector of every element of ``items`` (one device), in order.
+    """One float64 vector of every element of ``items`` (one device), in order; with
+    ``copy``, never a view of a caller's tensor (a lone float64 one would be).
 
     0-d tensors, the usual metric, are stacked per dtype in one call each
     (``stack`` then ``to``) instead of three calls per tensor: 14 losses and

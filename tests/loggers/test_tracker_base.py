@@ -221,8 +221,8 @@ def test_uploads_go_through_the_writer_only_when_the_tracker_stores_files(tmp_pa
     assert plain.of("upload") == []
 
 
-def test_an_exception_ends_the_client_run_as_failed():
-    tracker = FakeTracker(log_env=False, log_git=False)
+def _fail_in_batch_2(tracker: TrackerDestination) -> None:
+    """A 3-batch run whose loop raises in its second batch (after batch 1's loss was logged)."""
     with (
         pytest.raises(RuntimeError, match="boom"),
         Run(max_duration="3ba", loggers=[tracker]) as run,
@@ -231,6 +231,11 @@ def test_an_exception_ends_the_client_run_as_failed():
             run.state.loss = torch.tensor(1.0)
             if i == 1:
                 raise RuntimeError("boom")
+
+
+def test_an_exception_ends_the_client_run_as_failed():
+    tracker = FakeTracker(log_env=False, log_git=False)
+    _fail_in_batch_2(tracker)
     assert tracker.of("finish") == [True]
     assert [step for step, _ in tracker.of("metrics")] == [1]
 
@@ -346,15 +351,9 @@ def test_a_client_flush_follows_the_last_metrics_at_fit_end_and_on_exception():
     assert tracker._skipped == 0 and tracker.undelivered_writes == 0
 
     failing = FlushingTracker(log_env=False, log_git=False)
-    with (
-        pytest.raises(RuntimeError, match="boom"),
-        Run(max_duration="5ba", loggers=[failing]) as run,
-    ):
-        for i, _ in enumerate(run.train([[0]] * 5)):
-            run.state.loss = torch.tensor(1.0)
-            if i == 1:
-                raise RuntimeError("boom")
-    assert "flush" in [name for name, _ in failing.calls]
+    _fail_in_batch_2(failing)
+    names = [name for name, _ in failing.calls]
+    assert names[-3:] == ["metrics", "flush", "finish"], names  # batch 1's row, then the flush
     assert failing.of("finish") == [True]
 
 
