@@ -9,6 +9,12 @@ records an event; :meth:`HostValues.result`, called from a background
 writer, waits on the event, so the training thread never waits. Small CPU
 tensors are not transferred at all: they are on the host already, and are
 read where they are handed over (one ``tolist`` each, no sync to wait for).
+
+numpy values (``np.float32``, ``np.int64``, ``np.bool_``, arrays) become
+Python numbers in :meth:`HostValues.result` too, the one place every
+destination's numbers come from, so a JSON file or TensorBoard never sees a
+numpy type. That runs on the writer thread where there is one; the training
+thread only passes such values along, as it does floats.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 __all__ = [
     "HostRows",
     "HostValues",
+    "from_numpy",
     "is_tensor",
     "rows_to_host_async",
     "to_host",
@@ -59,6 +66,12 @@ class HostValues:
             event.synchronize()
         self._events = []
         converted = dict(self._plain)
+        np = sys.modules.get("numpy")  # not imported: no numpy value can exist
+        if np is not None:
+            numpy_types = (np.generic, np.ndarray)
+            for key, value in self._plain.items():
+                if type(value) not in _BUILTIN and isinstance(value, numpy_types):
+                    converted[key] = _from_numpy(value, np)
         if self._groups:
             import torch
 
@@ -72,6 +85,37 @@ class HostValues:
                     scalar = shape == () or (numel == 1 and len(shape) <= 1)
                     converted[key] = chunk[0] if scalar else _reshape(chunk, shape)
         return {key: converted[key] for key in self._order}
+
+
+# The usual plain values, skipped with one set lookup before the isinstance check.
+_BUILTIN = frozenset({float, int, bool, str, type(None)})
+
+
+def from_numpy(value: Any) -> Any:
+    """A numpy scalar or array as Python numbers (lists for arrays); other values as they are.
+
+    A 1-element 1-d array is one number, as a 1-element tensor is.
+
+    Example:
+        >>> import numpy as np
+        >>> from_numpy(np.float32(0.5)), from_numpy(np.array([[1, 2]])), from_numpy("x")
+        (0.5, [[1, 2]], 'x')
+    """
+    np = sys.modules.get("numpy")
+    if np is None or not isinstance(value, (np.generic, np.ndarray)):
+        return value
+    return _from_numpy(value, np)
+
+
+def _from_numpy(value: Any, np: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biufc":  # strings, objects, dates: not numbers
+            return value
+        number = value.tolist()
+        return number[0] if value.ndim == 1 and value.size == 1 else number
+    if isinstance(value, (np.number, np.bool_)):
+        return value.item()  # the exact Python int, float, bool or complex
+    return value
 
 
 def _reshape(flat: list[Any], shape: tuple[int, ...]) -> Any:

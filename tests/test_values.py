@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import sys
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
@@ -156,3 +160,57 @@ def test_rows_go_over_in_one_transfer_and_come_back_per_row(monkeypatch):
     assert spy.calls == ["tolist"]
     assert out == [{"loss": 0.5, "lr": 0.1}, {}, {"loss": 0.25, "n": 3}]
     assert [list(r) for r in out] == [list(r) for r in rows]  # each row keeps its key order
+
+
+def _numpy_values():
+    import numpy as np
+
+    return {
+        "f32": np.float32(0.5), "f64": np.float64(0.25), "i64": np.int64(2**40 + 1),
+        "i8": np.int8(-3), "u64": np.uint64(2**63 + 1), "flag": np.bool_(True),
+        "nan32": np.float32("nan"), "zero_d": np.array(1.5), "one": np.array([2.0], np.float32),
+        "grid": np.array([[1, 2], [3, 4]]), "bools": np.array([True, False]),
+    }  # fmt: skip
+
+
+_NUMPY_EXPECTED = {
+    "f32": 0.5, "f64": 0.25, "i64": 2**40 + 1, "i8": -3, "u64": 2**63 + 1, "flag": True,
+    "zero_d": 1.5, "one": 2.0, "grid": [[1, 2], [3, 4]], "bools": [True, False],
+}  # fmt: skip
+
+
+def _assert_python_numbers(out):
+    """Plain Python numbers of the exact builtin type, never numpy ones (JSON, TensorBoard)."""
+    nan = out.pop("nan32")
+    assert type(nan) is float and math.isnan(nan)
+    assert out == _NUMPY_EXPECTED
+    for key, value in out.items():
+        assert type(value) is type(_NUMPY_EXPECTED[key]), (key, type(value))
+    assert all(type(v) is int for row in out["grid"] for v in row)
+    assert all(type(v) is bool for v in out["bools"])
+
+
+def test_numpy_scalars_and_arrays_become_python_numbers(both_paths):
+    values = {**_numpy_values(), "loss": torch.tensor(0.5), "plain": 3}
+    out = to_host(values)
+    assert list(out) == list(values)
+    assert out.pop("loss") == 0.5 and out.pop("plain") == 3
+    _assert_python_numbers(out)
+    rows = rows_to_host_async([_numpy_values(), {"x": np.float32(1.0)}]).result()
+    _assert_python_numbers(rows[0])
+    assert rows[1] == {"x": 1.0} and type(rows[1]["x"]) is float
+
+
+def test_numpy_values_become_python_numbers_without_torch(monkeypatch):
+    # A run that logs numpy values and never imported torch takes the no-tensor path.
+    monkeypatch.delitem(sys.modules, "torch")
+    _assert_python_numbers(to_host(_numpy_values()))
+
+
+def test_from_numpy_leaves_other_values_alone():
+    from obsbus.values import from_numpy
+
+    marker = object()
+    for value in (0.5, 3, True, "text", None, marker, [1, 2], np.str_("s")):
+        assert from_numpy(value) is value
+    assert type(from_numpy(np.float64(2.0))) is float
