@@ -219,3 +219,63 @@ def test_text_lines_keep_the_order_they_were_logged_in(tmp_path):
             run.logger.log_traces({"t": i})
     lines = [line.split("]: ")[1] for line in (tmp_path / "logs-rank0.txt").read_text().splitlines()]
     assert lines == ["m: 0", "t: 0", "m: 1", "t: 1"]
+
+
+def _log_rows(tmp_path, rows):
+    """Each dict of ``rows`` logged at its own batch through Run; the JSON Lines text back."""
+    from obsbus import Run
+
+    with Run(max_duration=f"{len(rows)}ba", run_folder=tmp_path / "run", run_name="r",
+             loggers=[FileLogger()]) as run:  # fmt: skip
+        for row, _ in zip(rows, run.train([[1]] * len(rows)), strict=True):
+            run.log_metrics(row)
+    return (tmp_path / "run" / "metrics-rank0.jsonl").read_text()
+
+
+def test_numpy_values_are_written_as_json_numbers(tmp_path):
+    import numpy as np
+
+    text = _log_rows(tmp_path, [{"f32": np.float32(0.5), "i64": np.int64(7),
+                                 "flag": np.bool_(True), "vec": np.array([1.0, 2.0])}])  # fmt: skip
+    row = json.loads(text.splitlines()[0])
+    assert (row["f32"], row["i64"], row["flag"], row["vec"]) == (0.5, 7, True, [1.0, 2.0])
+    assert type(row["i64"]) is int and type(row["flag"]) is bool  # not the strings "7", "True"
+    log = (tmp_path / "run" / "logs-rank0.txt").read_text()
+    assert "f32: 0.5000" in log and "i64: 7" in log
+
+
+def test_nan_and_inf_read_back_with_json_and_pandas_as_the_docstring_says(tmp_path):
+    import math
+
+    import pandas as pd
+
+    nan, inf = float("nan"), float("inf")
+    text = _log_rows(tmp_path, [{"v": nan}, {"v": inf}, {"v": -inf}, {"v": 0.5}])
+    # The documented encoding: Python's json tokens, which a strict JSON parser refuses.
+    assert [json.loads(line)["v"] for line in text.splitlines()][1:] == [inf, -inf, 0.5]
+    assert math.isnan(json.loads(text.splitlines()[0])["v"])
+    assert [line.split('"v": ')[1] for line in text.splitlines()] == [
+        "NaN}", "Infinity}", "-Infinity}", "0.5}"]  # fmt: skip
+    refused = []
+    for line in text.splitlines():
+        json.loads(line, parse_constant=refused.append)
+    assert refused == ["NaN", "Infinity", "-Infinity"]
+    frame = pd.read_json(tmp_path / "run" / "metrics-rank0.jsonl", lines=True)
+    assert str(frame["v"].dtype) == "float64"
+    assert math.isnan(frame["v"][0]) and list(frame["v"][1:]) == [inf, -inf, 0.5]
+
+
+def test_ints_beyond_int64_are_written_as_floats_so_pandas_reads_the_file(tmp_path):
+    import pandas as pd
+
+    rows = [{"big": 2**70, "low": -(2**63), "u": 2**63}, {"big": 1, "low": 1, "u": 1}]
+    text = _log_rows(tmp_path, rows)
+    row = json.loads(text.splitlines()[0])
+    assert row == {**row, "big": float(2**70), "low": -(2**63), "u": float(2**63)}
+    assert type(row["low"]) is int  # in range: exact
+    frame = pd.read_json(tmp_path / "run" / "metrics-rank0.jsonl", lines=True)
+    # pandas' default float parser is not exact to the last bit (precise_float=False)
+    assert list(frame["big"]) == [pytest.approx(2**70, rel=1e-15), 1.0]
+    assert list(frame["low"]) == [-(2**63), 1]
+    huge = json.loads(_log_rows(tmp_path / "huge", [{"v": 10**400, "in": [2**70, 1]}]))
+    assert huge["v"] == str(10**400) and huge["in"] == [float(2**70), 1]  # beyond float: digits
