@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from obsbus.values import is_tensor
+from obsbus.values import from_numpy, is_tensor
 
 __all__ = [
     "as_number",
@@ -84,13 +84,15 @@ def hparams_start(params: Mapping[str, Any], start_time: float) -> Any:
 
     Booleans, numbers and strings keep their type; anything else (lists,
     ``None``, tensors) is stored as its JSON (or ``str``) text, since the
-    plugin takes no other kinds.
+    plugin takes no other kinds. numpy values count as the Python ones they
+    stand for (``np.float32(0.1)`` is a number, an array a list).
     """
     meta = _proto("tensorboard.plugins.hparams.metadata")
     plugin_pb = _proto("tensorboard.plugins.hparams.plugin_data_pb2")
     info = plugin_pb.SessionStartInfo(start_time_secs=start_time)
-    for name, value in params.items():
+    for name, param in params.items():
         slot = info.hparams[name]
+        value = from_numpy(param)
         if isinstance(value, bool):
             slot.bool_value = value
         elif isinstance(value, (int, float)):

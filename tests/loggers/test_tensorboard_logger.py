@@ -384,3 +384,21 @@ def test_images_and_table_cells_are_snapshotted_when_logged(tmp_path):
     pixel = pil.open(io.BytesIO(acc.Images("img")[0].encoded_image_string)).convert("RGB")
     assert pixel.getpixel((0, 0)) == (0, 0, 0)
     assert texts(acc, "tbl")[0] == (0, "| v |\n|---|\n| 0.25 |")
+
+
+def test_numpy_values_are_scalars_and_numpy_hyperparameters_numbers(tmp_path):
+    metrics = {"f32": np.float32(0.5), "f64": np.float64(0.25), "i64": np.int64(7),
+               "flag": np.bool_(True), "zero_d": np.array(1.5), "one": np.array([2.0])}  # fmt: skip
+    hparams = {"lr": np.float32(0.5), "layers": np.int64(4), "tied": np.bool_(False),
+               "sizes": np.array([1, 2])}  # fmt: skip
+    with Run(max_duration="1ba", run_folder=tmp_path / "run", hparams=hparams,
+             loggers=[TensorboardLogger(log_env=False, log_git=False)]) as run:  # fmt: skip
+        for _ in run.train([[1]]):
+            run.log_metrics(metrics)
+    written = scalars(read(tmp_path / "run" / "tensorboard"))
+    assert {k: written[k] for k in metrics} == {
+        "f32": [(0, 0.5)], "f64": [(0, 0.25)], "i64": [(0, 7.0)], "flag": [(0, 1.0)],
+        "zero_d": [(0, 1.5)], "one": [(0, 2.0)]}  # fmt: skip (logged in batch 1: step 0)
+    start = session(read(tmp_path / "run" / "tensorboard")).hparams
+    assert {k: hparam(start[k]) for k in hparams} == {
+        "lr": 0.5, "layers": 4.0, "tied": False, "sizes": "[1, 2]"}  # fmt: skip
