@@ -12,7 +12,7 @@ from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
-from obsbus.values import to_host
+from obsbus.values import from_numpy, to_host
 
 __all__ = ["ConsoleLogger", "format_value"]
 
@@ -22,10 +22,16 @@ _STREAMS = ("stdout", "stderr")
 def format_value(value: Any) -> str:
     """A number as a person reads it: ``0.1235``, ``1.235e-05``, ``12,345.68``.
 
+    numpy values read as the Python numbers they stand for.
+
     Example:
         >>> [format_value(v) for v in (0.123456, 1.23456e-5, 12345.678, 7)]
         ['0.1235', '1.235e-05', '12,345.68', '7']
+        >>> import numpy as np
+        >>> [format_value(v) for v in (np.float32(0.5), np.int64(12345), np.bool_(True))]
+        ['0.5000', '12,345', 'True']
     """
+    value = from_numpy(value)  # values from to_host are Python already; a direct caller's
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
     if isinstance(value, int):
