@@ -6,7 +6,9 @@ functions with examples, importable without MLflow.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import logging
 import numbers
 import os
 import posixpath
@@ -17,8 +19,11 @@ from typing import Any
 from obsbus.errors import MissingExtraError
 from obsbus.loggers._run_metadata import mask_credentials
 
+log = logging.getLogger("obsbus")
+
 __all__ = [
     "PERFORMANCE_PREFIXES",
+    "KeyNames",
     "SQL_SCHEMES",
     "check_tracking_uri",
     "is_log_file",
@@ -60,6 +65,73 @@ def mlflow_key(name: str) -> str:
     parts = [p for p in _BAD_KEY_CHARS.sub("_", name).split("/") if p not in ("", ".", "..")]
     key = "/".join(parts)[:_MAX_KEY_LEN].rstrip("/") or "_"
     return key if posixpath.normpath(key) == key else "_"
+
+
+class KeyNames:
+    """The MLflow names of one run's metric, param or tag keys, each found once.
+
+    A key MLflow can't take as it is (see :func:`mlflow_key`) is warned
+    about once, with its old and new name. Two keys that would become one
+    name are kept apart: the first keeps it, a later one gets the name plus
+    ``_`` and 8 hex digits of its key's hash (the same key always gets the
+    same suffix), also with a warning, so no two series are merged.
+
+    Example:
+        >>> names = KeyNames("metric")
+        >>> names("loss/train"), names("/loss/train") != names("loss/train")
+        ('loss/train', True)
+    """
+
+    __slots__ = ("_kind", "_names", "_owners")
+
+    def __init__(self, kind: str) -> None:
+        self._kind = kind
+        self._names: dict[str, str] = {}  # key -> MLflow name
+        self._owners: dict[str, str] = {}  # MLflow name -> the key that has it
+
+    def __call__(self, key: str) -> str:
+        """The MLflow name of ``key``."""
+        name = self._names.get(key)
+        if name is None:
+            name = self._names[key] = self._name(key)
+        return name
+
+    def _name(self, key: str) -> str:
+        name = mlflow_key(key)
+        owner = self._owners.get(name)
+        if owner is None:
+            if name != key:
+                log.warning(
+                    "obsbus: MLFlowLogger logs %s %r as %r: MLflow names take letters, digits, "
+                    "'_', '-', '.', ' ', ':' and '/' (no empty, '.' or '..' parts), at most %d "
+                    "characters (said once per key).",
+                    self._kind,
+                    key,
+                    name,
+                    _MAX_KEY_LEN,
+                )
+        else:
+            taken, name = name, _apart(name, key, self._owners)
+            log.warning(
+                "obsbus: MLFlowLogger logs %s %r as %r: %r has the MLflow name %r already.",
+                self._kind,
+                key,
+                name,
+                owner,
+                taken,
+            )
+        self._owners[name] = key
+        return name
+
+
+def _apart(name: str, key: str, taken: dict[str, str]) -> str:
+    """``name`` with a suffix from ``key``'s hash that no other key has."""
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    candidate, count = mlflow_key(f"{name[: _MAX_KEY_LEN - 9]}_{digest}"), 1
+    while candidate in taken:  # two keys' 32-bit hashes met: count on
+        count += 1
+        candidate = mlflow_key(f"{name[: _MAX_KEY_LEN - 20]}_{digest}_{count}")
+    return candidate
 
 
 def param_value(value: Any) -> str:
@@ -149,24 +221,30 @@ def uri_scheme(uri: str) -> str:
 def resolve_tracking_uri(
     tracking_uri: str | None, run_folder: Path, rank: int, per_rank: bool
 ) -> tuple[str, Path | None]:
-    """The URI the client opens, and the local artifact folder when it is the default store.
+    """The URI the client opens, and the artifact folder of the experiments it creates.
 
     ``tracking_uri`` if given, else ``$MLFLOW_TRACKING_URI``, else a SQLite
     store inside the run folder: ``{run_folder}/mlflow/mlflow.db`` with
     artifacts in ``{run_folder}/mlflow/artifacts`` (``mlflow-rank{rank}.db``
     when every rank logs, as SQLite is not for concurrent writers).
 
+    The artifact folder is ``{run_folder}/mlflow/artifacts`` for every SQL
+    store the client opens itself (:data:`SQL_SCHEMES`), given or default:
+    MLflow would put those artifacts in ``./mlruns`` of the working
+    directory. A server chooses its own, and a file store keeps them inside
+    itself, so those give ``None``.
+
     Example:
         >>> uri, artifacts = resolve_tracking_uri(None, Path("/runs/r1"), 0, False)
         >>> uri, str(artifacts)
         ('sqlite:////runs/r1/mlflow/mlflow.db', '/runs/r1/mlflow/artifacts')
+        >>> resolve_tracking_uri("http://127.0.0.1:5000", Path("/runs/r1"), 0, False)
+        ('http://127.0.0.1:5000', None)
     """
-    if tracking_uri:
-        return tracking_uri, None
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env, None
     folder = Path(run_folder).absolute() / "mlflow"
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri, folder / "artifacts" if uri_scheme(uri) in SQL_SCHEMES else None
     db = folder / (f"mlflow-rank{rank}.db" if per_rank else "mlflow.db")
     return f"sqlite:///{db.as_posix()}", folder / "artifacts"
 

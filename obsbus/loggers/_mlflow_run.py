@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from obsbus.loggers._mlflow_names import metric_value, mlflow_key, param_value
+from obsbus.loggers._mlflow_names import KeyNames, metric_value, mlflow_key, param_value
 
 __all__ = ["MlflowRun", "open_run"]
 
@@ -90,7 +90,14 @@ class MlflowRun:
     hold :attr:`lock`.
     """
 
-    def __init__(self, client: Any, run_id: str, params: dict[str, str], synchronous: bool) -> None:
+    def __init__(
+        self,
+        client: Any,
+        run_id: str,
+        params: dict[str, str],
+        synchronous: bool,
+        tag_names: KeyNames | None = None,
+    ) -> None:
         self.client = client
         self.run_id = run_id
         self.synchronous = synchronous
@@ -101,6 +108,10 @@ class MlflowRun:
         self.last_send = time.monotonic()
         self.skipped = 0
         self.undelivered = 0
+        # MLflow's three name spaces; each renamed key is warned about once per run.
+        self.metric_names = KeyNames("metric")
+        self.param_names = KeyNames("param")
+        self.tag_names = tag_names or KeyNames("tag")
 
     def add_metrics(self, values: dict[str, Any], step: int) -> None:
         """Collect ``values`` at ``step``; a value that is not one number is skipped and counted."""
@@ -119,7 +130,7 @@ class MlflowRun:
                         value,
                     )
                 continue
-            entries.append((mlflow_key(key), number, now, int(step)))
+            entries.append((self.metric_names(key), number, now, int(step)))
         with self.lock:
             self.pending.extend(entries)
 
@@ -174,7 +185,7 @@ class MlflowRun:
         new: dict[str, str] = {}
         changed: list[str] = []
         for name, value in params.items():
-            key, text = mlflow_key(name), param_value(value)
+            key, text = self.param_names(name), param_value(value)
             old = self.params.get(key, new.get(key))
             if old is None:
                 new[key] = text
@@ -197,7 +208,7 @@ class MlflowRun:
         from mlflow.entities import RunTag
 
         extra = {_GIT_SOURCE_TAGS[k]: v for k, v in tags.items() if k in _GIT_SOURCE_TAGS}
-        merged = {mlflow_key(k): str(v) for k, v in {**tags, **extra}.items()}
+        merged = {self.tag_names(k): str(v) for k, v in {**tags, **extra}.items()}
         self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in merged.items()])
 
     def upload(self, remote_file_name: str, file_path: Path) -> None:

@@ -19,6 +19,7 @@ from obsbus.errors import MissingExtraError, TrainingTerminated
 from obsbus.logger import Logger
 from obsbus.loggers._mlflow_names import (
     check_tracking_uri,
+    KeyNames,
     is_log_file,
     is_performance_metric,
     is_trace_file,
@@ -109,6 +110,13 @@ class MLFlowLogger(TrackerDestination):
     the writer thread, never the training step). A ``file:`` store or path
     is accepted when ``MLFLOW_ALLOW_FILE_STORE=true`` is set.
 
+    With a SQL store given as ``tracking_uri`` or ``$MLFLOW_TRACKING_URI``
+    (``sqlite:``, ``postgresql:``, ...), an experiment obsbus creates keeps
+    its artifacts in ``{run folder}/mlflow/artifacts`` too, where MLflow
+    would put them in ``./mlruns`` of the working directory; an experiment
+    that exists keeps its own location (runs of a shared store then put
+    theirs under the run folder that created it: pass ``artifact_location``
+    to choose one place). A server keeps artifacts where it is configured to.
     Credentials come from the environment only (``MLFLOW_TRACKING_USERNAME``/
     ``PASSWORD``/``TOKEN``, ``DATABRICKS_HOST``/``DATABRICKS_TOKEN``); a
     ``databricks`` URI without ``DATABRICKS_HOST`` is warned about at start.
@@ -134,8 +142,8 @@ class MLFlowLogger(TrackerDestination):
         resume: continue the latest run of the experiment with the same run name, if any.
         run_id: continue this run (metrics append at their steps; the run's
             experiment is used). Only with one logging rank.
-        artifact_location: where a new experiment keeps artifacts (default: MLflow's,
-            or ``{run folder}/mlflow/artifacts`` for the default store).
+        artifact_location: where a new experiment keeps artifacts (default: the
+            server's, or ``{run folder}/mlflow/artifacts`` for a SQL store, see above).
         upload_traces: upload trace files (Primus ``mlflow_upload_traces``).
         upload_logs: upload log files (Primus ``mlflow_upload_logs``).
         upload_performance_metrics: send the performance metric keys
@@ -318,11 +326,15 @@ class MLFlowLogger(TrackerDestination):
             self.experiment_name or os.environ.get("MLFLOW_EXPERIMENT_NAME") or info.project
         )
         location = self.artifact_location or (artifacts.as_uri() if artifacts else None)
-        run, resumed = open_run(client, experiment_name=experiment, run_name=name, tags=tags,
+        tag_names = KeyNames("tag")  # the names the run's tags get, at creation and later
+        run, resumed = open_run(client, experiment_name=experiment, run_name=name,
+                                tags={tag_names(k): v for k, v in tags.items()},
                                 run_id=self._resume_id, resume=self.resume,
                                 artifact_location=location)  # fmt: skip
         self.run_id = run.info.run_id
-        self._run = self._last_run = MlflowRun(client, run.info.run_id, {}, self.synchronous)
+        self._run = self._last_run = MlflowRun(
+            client, run.info.run_id, {}, self.synchronous, tag_names
+        )
         if resumed:
             self._run.params = dict(run.data.params)
             client.update_run(run.info.run_id, status="RUNNING")

@@ -173,6 +173,75 @@ def test_a_file_store_opens_only_when_mlflow_allows_it(tmp_path, monkeypatch):
     assert_same_metrics(client((tmp_path / "mlruns").as_uri()), mlf.run_id, memory)
 
 
+@pytest.mark.parametrize("where", ["tracking_uri", "env"])
+def test_an_explicit_sqlite_store_keeps_artifacts_in_the_run_folder_not_the_cwd(
+    tmp_path, monkeypatch, where
+):
+    from obsbus.loggers.mlflow_logger import MLFlowLogger
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    (tmp_path / "store").mkdir()
+    if where == "env":
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    mlf = MLFlowLogger(tracking_uri=uri if where == "tracking_uri" else None, log_env=False,
+                       log_git=False)  # fmt: skip
+    with trainer(tmp_path, [mlf], duration="2ba",
+                 callbacks=[UploadAtStart({"{run_name}/notes.txt": notes})]) as t:  # fmt: skip
+        t.fit()
+    run_folder = tmp_path / "r"
+    mlflow = client(uri)
+    artifact_root = run_folder / "mlflow" / "artifacts"
+    assert mlflow.get_run(mlf.run_id).info.artifact_uri.startswith(artifact_root.as_uri())
+    assert [p.read_text() for p in artifact_root.rglob("notes.txt")] == ["hello\n"]
+    assert read_artifact(mlflow, mlf.run_id, "r/notes.txt", tmp_path / "dl") == "hello\n"
+    assert list(cwd.iterdir()) == []  # no ./mlruns
+
+
+def test_renamed_keys_are_warned_once_and_keys_that_meet_are_kept_apart(tmp_path, caplog):
+    from obsbus.loggers.mlflow_logger import MLFlowLogger
+
+    long_x, long_xy = "x" * 300, "x" * 250 + "y" * 50  # both cut to the same 250 characters
+    metrics = {"ok": 0.0, "loss/é": 1.0, "loss/🔥": 2.0, "loss/✨": 8.0, "/lead": 3.0, long_x: 4.0,
+               long_xy: 5.0, "": 6.0, "with space.and:colon": 7.0}  # fmt: skip
+    mlf = MLFlowLogger(tags={"tag/🔥": "a", "tag/✨": "b"}, log_env=False, log_git=False)
+    with caplog.at_level(logging.WARNING, logger="obsbus"), Run(
+        max_duration="2ba", run_folder=tmp_path / "r", run_name="r", loggers=[mlf],
+        hparams={"p/🔥": 1, "p/✨": 2}) as run:  # fmt: skip
+        for _ in run.train([[1], [2]]):
+            run.log_metrics(metrics)
+    mlflow = client(mlf.resolved_tracking_uri(tmp_path / "r"))
+    data = mlflow.get_run(mlf.run_id).data
+    warned = [r.getMessage() for r in caplog.records if "MLflow name" in r.getMessage()]
+    # Once per renamed key (not per step), naming the key and its MLflow name.
+    renamed = {"loss/🔥": "loss/_", "/lead": "lead", long_x: "x" * 250, "": "_"}
+    for key, name in renamed.items():
+        (message,) = [m for m in warned if f"metric {key!r} as " in m]
+        assert repr(name) in message
+    # The second key to meet a taken name gets a name of its own: no value is merged.
+    series = {name: history(mlflow, mlf.run_id, name) for name in data.metrics}
+    assert len(series) == len(metrics)
+    assert sorted(v for s in series.values() for _, v in s) == sorted([*metrics.values()] * 2)
+    assert all(len({v for _, v in s}) == 1 for s in series.values())
+    (sparkle,) = [m for m in warned if "metric 'loss/✨' as " in m]
+    assert "'loss/🔥' has the MLflow name 'loss/_'" in sparkle
+    assert series["loss/é"] == [(0, 1.0), (1, 1.0)]  # letters of any script are MLflow's too
+    (xy,) = [m for m in warned if f"metric {long_xy!r} as " in m]
+    assert f"{long_x!r} has the MLflow name" in xy
+    assert series["ok"] == [(0, 0.0), (1, 0.0)] and "with space.and:colon" in series
+    assert all(len(name) <= 250 for name in series)
+    # Params and tags alike.
+    assert sorted(v for k, v in data.params.items() if k.startswith("p/")) == ["1", "2"]
+    assert sorted(v for k, v in data.tags.items() if k.startswith("tag/")) == ["a", "b"]
+    assert any("param 'p/✨' as " in m for m in warned)
+    assert any("tag 'tag/✨' as " in m for m in warned)
+    assert len(warned) == 6 + 2 + 2  # 6 metric keys renamed, 2 params, 2 tags
+
+
 # -------------------------------------------------------------- the server
 def test_a_trainer_run_reads_back_from_an_mlflow_server(
     tmp_path, server_uri, mlflow_server, monkeypatch
