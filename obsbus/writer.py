@@ -119,17 +119,22 @@ class BackgroundWriter:
         return 0 if worker is None else worker.submitted - worker.done
 
     def _ensure_worker(self) -> _Worker:
+        # No ``return`` inside the ``with``: an exception raised into this thread (a signal)
+        # at the return line could then leave the lock held, and the exception path that
+        # flushes next would wait on it forever.
         with self._lock:
             worker = self._worker
-            if worker is not None and worker.thread.is_alive():
-                return worker
-            worker = _Worker(self.max_queue_size)
-            worker.thread = threading.Thread(
-                target=self._loop, args=(worker,), name=f"obsbus-writer-{self.name}", daemon=True
-            )
-            self._worker = worker
-            worker.thread.start()
-            return worker
+            if worker is None or not worker.thread.is_alive():
+                worker = _Worker(self.max_queue_size)
+                worker.thread = threading.Thread(
+                    target=self._loop,
+                    args=(worker,),
+                    name=f"obsbus-writer-{self.name}",
+                    daemon=True,
+                )
+                self._worker = worker
+                worker.thread.start()
+        return worker
 
     def _loop(self, worker: _Worker) -> None:
         while True:

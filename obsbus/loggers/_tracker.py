@@ -31,21 +31,22 @@ from typing import Any, Literal
 
 from typing_extensions import override
 
+from obsbus._held import MAX_HELD_ROWS, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers._run_metadata import environment_snapshot, flatten_hyperparameters, git_metadata
 from obsbus.run_folder import os_user
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
-from obsbus.values import HostRows, rows_to_host_async
 from obsbus.writer import BackgroundWriter, WritePeriod
 
 __all__ = ["RunInfo", "TrackerDestination"]
 
 log = logging.getLogger("obsbus")
 
-#: Rows (``log_metrics`` calls) held before a hand-over whatever ``write_period`` says.
-MAX_HELD_STEPS = 1024
+#: Rows (``log_metrics`` calls) held before a hand-over whatever ``write_period`` says
+#: (:data:`obsbus._held.MAX_HELD_ROWS`, which FileLogger shares).
+MAX_HELD_STEPS = MAX_HELD_ROWS
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,8 @@ class TrackerDestination(LoggerDestination):
             thread one transfer and one queue put per period instead of per
             interval, and the client's work comes in bursts. ``0``: at every
             ``log_interval``. Once ``MAX_HELD_STEPS`` (1024) rows are held they go
-            at the next interval whatever the period. Hyperparameters logged
+            at once, whatever the period, even where no batch boundary comes
+            (a long eval). Hyperparameters logged
             after metrics reach the client after them; files given to
             ``upload_file`` (from any thread) go at once.
         rank_zero_only: only one rank logs (``logging_rank``); otherwise every rank.
@@ -120,7 +122,7 @@ class TrackerDestination(LoggerDestination):
         self.name = cls
         self._writer = BackgroundWriter(cls, max_queue_size=max_queue_size)
         self._state: State | None = None
-        self._held: list[tuple[int, dict[str, Any]]] = []
+        self._held = HeldRows()  # (step, metrics) per log_metrics call
         self._active = False
         self._started = False
         self._client_ready = False
@@ -229,7 +231,8 @@ class TrackerDestination(LoggerDestination):
         """How many writes a queued call holds (a metrics hand-over: one per row; the start,
         a flush or the finish: none, they carry no data of their own)."""
         if fn == self._write_held:
-            return len(args[0])
+            handed: Handed = args[0]
+            return handed.count
         control = (self._start_client, self._client_flush, self._client_finish)
         return 0 if fn in control else 1
 
@@ -290,7 +293,10 @@ class TrackerDestination(LoggerDestination):
     @override
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         if self._active:
-            self._held.append((self._step_now(step), dict(metrics)))
+            held = self._held
+            held.append((self._step_now(step), dict(metrics)))
+            if len(held) >= MAX_HELD_STEPS:  # no batch boundary may come: bound the memory
+                self._hand_over()
 
     @override
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
@@ -315,23 +321,27 @@ class TrackerDestination(LoggerDestination):
         self._submit(self._client_upload_file, remote_file_name, Path(file_path))
 
     def _hand_over(self) -> None:
-        """Everything held goes to the writer: one host transfer for all values due."""
-        if not self._held:
-            return
-        held, self._held = self._held, []
-        self._period.handed_over()
-        self._submit(self._write_held, held, rows_to_host_async([m for _, m in held]))
+        """Everything held goes to the writer: one host transfer for all values due.
+
+        Safe against a signal raised into it: see :mod:`obsbus._held`.
+        """
+        if self._held:
+            self._period.handed_over()
+            self._held = hand_over(self._held, self._submit_rows)
+
+    def _submit_rows(self, handed: Handed) -> None:
+        self._submit(self._write_held, handed)
 
     def _hand_over_if_due(self) -> None:
         """Hand over when ``write_period`` has passed since the last one, or too much is held."""
         if len(self._held) >= MAX_HELD_STEPS or self._period.due():
             self._hand_over()
 
-    def _write_held(self, held: list[tuple[int, dict[str, Any]]], pending: HostRows) -> None:
+    def _write_held(self, handed: Handed) -> None:
         """Consecutive rows of one step with different keys go to the client as one call."""
         row: dict[str, Any] = {}
-        row_step = held[0][0]
-        for (step, _), values in zip(held, pending.result(), strict=True):
+        row_step = 0
+        for (step, _), values in handed.claim():
             if row and (step != row_step or not row.keys().isdisjoint(values)):
                 self._client_log_metrics(row, row_step)
                 row = {}

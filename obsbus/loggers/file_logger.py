@@ -14,6 +14,7 @@ from typing import Any, TextIO, cast
 
 from typing_extensions import override
 
+from obsbus._held import MAX_HELD_ROWS, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers._remote_folder import RemoteFiles, check_remote_uri, join
@@ -22,7 +23,6 @@ from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
 from obsbus.naming import check_placeholders
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
-from obsbus.values import HostRows, rows_to_host_async
 from obsbus.writer import BackgroundWriter, WritePeriod
 
 __all__ = ["FileLogger"]
@@ -176,7 +176,8 @@ class FileLogger(LoggerDestination):
         self._writer = BackgroundWriter("FileLogger")
         self._state: State | None = None
         self._logger: Logger | None = None
-        self._held: list[tuple[int, int, int, float, dict[str, Any]]] = []
+        # (step, epoch, batch, wall time, metrics) per log_metrics call
+        self._held = HeldRows()
         self._text: TextIO | None = None
         self._jsonl: TextIO | None = None
         self._paths: list[Path] = []
@@ -208,21 +209,29 @@ class FileLogger(LoggerDestination):
         for path in paths:
             _check_not_a_directory(path)
             if path.exists() and not (self.overwrite or self.resume) and path not in self._paths:
-                raise FileExistsError(
-                    f"FileLogger: {str(path)!r} already exists. To fix, pass resume=True to "
-                    "append to it (restarting a run), overwrite=True to replace it, or use "
-                    "another run name."
-                )
+                raise _exists(path)
         if paths == self._paths:
             return  # the same files, still open
         self._close_files()
-        mode = "a" if self.resume else "w"
+        # "x" creates the file or fails: a second run started at the same instant in the same
+        # folder gets the error above instead of both passing the check and one overwriting
+        # the other's metrics.
+        mode = "a" if self.resume else "w" if self.overwrite else "x"
         for path in paths:
             path.parent.mkdir(parents=True, exist_ok=True)
+        opened: list[TextIO] = []
+        try:
+            for path in paths:
+                opened.append(_open(path, mode))
+        except FileExistsError:
+            for f in opened:  # ours, created a moment ago: the other run owns the name
+                f.close()
+                Path(f.name).unlink(missing_ok=True)
+            raise _exists(path) from None
         self._paths = paths
-        self._text = _open(paths[0], mode)
-        if len(paths) > 1:
-            self._jsonl = _open(paths[1], mode)
+        self._text = opened[0]
+        if len(opened) > 1:
+            self._jsonl = opened[1]
         self._install_capture()
 
     def _install_capture(self) -> None:
@@ -247,9 +256,10 @@ class FileLogger(LoggerDestination):
     @override
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         epoch, batch = self._stamp()
-        self._held.append(
-            (batch if step is None else step, epoch, batch, time.time(), dict(metrics))
-        )
+        held = self._held
+        held.append((batch if step is None else step, epoch, batch, time.time(), dict(metrics)))
+        if len(held) >= MAX_HELD_ROWS:  # no batch boundary may come (a long eval): bound memory
+            self._hand_over()
 
     @override
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
@@ -274,12 +284,16 @@ class FileLogger(LoggerDestination):
             self._writer.submit(self._write_text, text)
 
     def _hand_over(self) -> None:
-        """Move everything held to the writer: one transfer for all values due."""
-        if not self._held:
-            return
-        held, self._held = self._held, []
-        self._period.handed_over()
-        self._writer.submit(self._write_metrics, held, rows_to_host_async([r[-1] for r in held]))
+        """Move everything held to the writer: one transfer for all values due.
+
+        Safe against a signal raised into it: see :mod:`obsbus._held`.
+        """
+        if self._held:
+            self._period.handed_over()
+            self._held = hand_over(self._held, self._submit_rows)
+
+    def _submit_rows(self, handed: Handed) -> None:
+        self._writer.submit(self._write_metrics, handed)
 
     def _flush(self, fsync: bool, upload: bool = True) -> None:
         self._hand_over()
@@ -344,12 +358,10 @@ class FileLogger(LoggerDestination):
         if self._text is not None and not self._text.closed:
             self._text.write("".join(line + "\n" for line in lines))
 
-    def _write_metrics(
-        self, held: list[tuple[int, int, int, float, dict[str, Any]]], pending: HostRows
-    ) -> None:
+    def _write_metrics(self, handed: Handed) -> None:
         text: list[str] = []
         rows: list[str] = []
-        for (step, epoch, batch, wall, _), values in zip(held, pending.result(), strict=True):
+        for (step, epoch, batch, wall, _), values in handed.claim():
             text.extend(
                 f"[metric][batch={step}]: {k}: {format_value(v)}" for k, v in values.items()
             )
@@ -398,6 +410,14 @@ def _int64_safe(value: Any) -> Any:
     if type(value) is dict:
         return {key: _int64_safe(v) for key, v in value.items()}
     return value
+
+
+def _exists(path: Path) -> FileExistsError:
+    return FileExistsError(
+        f"FileLogger: {str(path)!r} already exists. To fix, pass resume=True to "
+        "append to it (restarting a run), overwrite=True to replace it, or use "
+        "another run name."
+    )
 
 
 def _open(path: Path, mode: str) -> TextIO:

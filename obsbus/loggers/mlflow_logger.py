@@ -16,6 +16,7 @@ from typing import Any, Literal
 from typing_extensions import override
 
 from obsbus.errors import MissingExtraError, TrainingTerminated
+from obsbus._held import Handed
 from obsbus.logger import Logger
 from obsbus.loggers._mlflow_names import (
     check_tracking_uri,
@@ -33,7 +34,7 @@ from obsbus.loggers._tracker_media import hold_images, hold_table, image_arrays,
 from obsbus.run_folder import os_user
 from obsbus.state import State
 from obsbus.time import TimeLike
-from obsbus.values import HostRows, HostValues
+from obsbus.values import HostValues
 
 __all__ = ["MLFlowLogger"]
 
@@ -359,8 +360,8 @@ class MLFlowLogger(TrackerDestination):
         self._live().add_metrics(values, step)
 
     @override
-    def _write_held(self, held: list[tuple[int, dict[str, Any]]], pending: HostRows) -> None:
-        super()._write_held(held, pending)
+    def _write_held(self, handed: Handed) -> None:
+        super()._write_held(handed)
         run = self._live()
         run.send(self.flush_interval)
         if run.pending and (self._timer is None or not self._timer.is_alive()):

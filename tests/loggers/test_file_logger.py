@@ -50,9 +50,9 @@ def test_writes_happen_off_the_training_thread(tmp_path):
     threads = set()
 
     class Spy(FileLogger):
-        def _write_metrics(self, held, pending):
+        def _write_metrics(self, handed):
             threads.add(threading.current_thread().name)
-            super()._write_metrics(held, pending)
+            super()._write_metrics(handed)
 
     with fit(tmp_path, [Spy()], duration="3ba") as trainer:
         trainer.fit()

@@ -54,9 +54,9 @@ class FakeTracker(TrackerDestination):
     def _client_finish(self, failed: bool) -> None:
         self._record("finish", failed)
 
-    def _write_held(self, held: list[tuple[int, dict[str, Any]]], pending: Any) -> None:
-        self._record("hand-over", [step for step, _ in held])
-        super()._write_held(held, pending)
+    def _write_held(self, handed: Any) -> None:
+        self._record("hand-over", [step for step, _ in handed.rows[: handed.count]])
+        super()._write_held(handed)
 
     def of(self, kind: str) -> list[Any]:
         return [value for name, value in self.calls if name == kind]

@@ -1,0 +1,83 @@
+"""Rows a destination holds on the training thread, and their signal-safe hand-over.
+
+A destination with a background writer (FileLogger, the trackers) appends
+one row per ``log_metrics`` call and, when due, hands every held row to its
+writer in one transfer (:func:`~obsbus.values.rows_to_host_async`). A signal
+can raise into the training thread between any two bytecodes: SIGINT's
+``KeyboardInterrupt``, or the ``TrainingTerminated`` obsbus raises for
+SIGTERM. The hand-over is written so that such an exception never loses a
+row:
+
+- the held list is replaced only *after* its rows were queued, so a row is
+  always either still held or already queued, and the ``exception`` path's
+  hand-over takes whatever is still held;
+- if the exception lands after the rows were queued but before the list was
+  replaced, that hand-over queues the same list again; the writer remembers
+  how many rows of each list it wrote (:attr:`HeldRows.written`) and writes
+  every row once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from obsbus.values import HostRows, rows_to_host_async
+
+__all__ = ["MAX_HELD_ROWS", "Handed", "HeldRows", "hand_over"]
+
+#: Rows held before a hand-over, whatever the write period says: it bounds the memory a run
+#: that never reaches a batch boundary (a long eval, a loop without ``run.train``) holds.
+MAX_HELD_ROWS = 1024
+
+
+class HeldRows(list[Any]):
+    """A destination's held rows (each a tuple whose last item is the metrics dict).
+
+    A plain ``list`` to the training thread (``append`` costs what it always
+    did); :attr:`written` belongs to the writer thread.
+    """
+
+    __slots__ = ("written",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = 0
+
+
+class Handed:
+    """Rows queued for a writer: the held list, how many of its rows, and their numbers."""
+
+    __slots__ = ("count", "pending", "rows")
+
+    def __init__(self, rows: HeldRows, count: int, pending: HostRows) -> None:
+        self.rows = rows
+        self.count = count
+        self.pending = pending
+
+    def claim(self) -> list[tuple[Any, dict[str, Any]]]:
+        """On the writer: ``(row, numbers)`` for the rows not written yet, marked written.
+
+        The rows are marked before they are written, so a write that fails
+        (disk full) is reported once rather than repeated.
+        """
+        rows, start = self.rows, self.rows.written
+        if start >= self.count:
+            return []  # queued twice by an interrupted hand-over: written already
+        rows.written = self.count
+        numbers = self.pending.result()
+        return list(zip(rows[start : self.count], numbers[start:], strict=True))
+
+
+def hand_over(rows: HeldRows, submit: Callable[[Handed], object]) -> HeldRows:
+    """Queue ``rows`` with ``submit`` and return the list to hold from now on.
+
+    The caller assigns the result to its held list: ``self._held =
+    hand_over(self._held, ...)``, so the list is replaced only once
+    ``submit`` returned (see the module docstring). An empty list is
+    returned as it is.
+    """
+    if not rows:
+        return rows
+    submit(Handed(rows, len(rows), rows_to_host_async([row[-1] for row in rows])))
+    return HeldRows()
