@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from obsbus._failures import FailureLog
+from obsbus._deadline import SharedDeadline
+from obsbus._failures import FailureLog, plugin_name
 from obsbus.callback import Callback
 from obsbus.naming import format_name
 
@@ -116,6 +118,10 @@ class Logger:
                     "To fix, pass monitors as callbacks=[...] and destinations as loggers=[...]."
                 )
         self.failures = failures or FailureLog(strict=strict)
+        #: What is left of the time destinations may wait while the run ends (see
+        #: :class:`~obsbus._deadline.SharedDeadline`); the engine starts and ends it.
+        self.deadline = SharedDeadline()
+        _name_apart(self.destinations)
 
     def _fan_out(self, action: str, *args: Any) -> None:
         call = self.failures.call
@@ -211,3 +217,18 @@ class Logger:
     def format_name(self, template: str, **values: Any) -> str:
         """Fill the placeholders of ``template`` from the state (:func:`~obsbus.format_name`)."""
         return format_name(template, self._state, **values)
+
+
+def _name_apart(destinations: Sequence[LoggerDestination]) -> None:
+    """Give the second, third, ... destination of one name ``Name#2``, ``Name#3``, ...
+
+    Every message names a destination (and the failure counts are kept by
+    name), so two MLFlowLoggers must not both be ``MLFlowLogger``.
+    """
+    seen: dict[str, int] = {}
+    for dest in destinations:
+        name = plugin_name(dest)
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            with contextlib.suppress(AttributeError):  # a read-only name stays as it is
+                dest.name = f"{name}#{seen[name]}"  # type: ignore[attr-defined]

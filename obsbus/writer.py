@@ -210,13 +210,15 @@ class BackgroundWriter:
         remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         return done.wait(remaining)
 
-    def close(self, timeout: float | None = 30.0) -> bool:
+    def close(self, timeout: float | None = 30.0, *, report: bool = True) -> bool:
         """Flush and stop the thread, waiting at most ``timeout`` s; ``False`` if writes were left.
 
         Writes that could not run in time are reported by count and dropped
         (the hung write itself finishes whenever its backend returns, but
-        nothing queued after it runs). Failures are summarized. Safe to call
-        twice; the next :meth:`submit` starts a fresh thread.
+        nothing queued after it runs). ``report=False`` leaves that message to
+        the caller, whose count of what was lost may differ (a tracker counts
+        rows, the writer counts queued calls). Failures are summarized. Safe to
+        call twice; the next :meth:`submit` starts a fresh thread.
         """
         worker = self._worker
         if worker is None:
@@ -228,6 +230,7 @@ class BackgroundWriter:
         clean = not worker.thread.is_alive()
         if not clean:
             worker.abandoned = True
+        if not clean and report:
             log.error(
                 "obsbus: %s did not finish within %.1fs; %d write(s) were not delivered "
                 "(the one running is left to finish; the rest are dropped).",

@@ -119,9 +119,9 @@ class TrackerDestination(LoggerDestination):
         self.log_git = log_git
         self._period = WritePeriod(cls, write_period)
         self.close_timeout = float(close_timeout)
-        self.name = cls
         self._writer = BackgroundWriter(cls, max_queue_size=max_queue_size)
         self._state: State | None = None
+        self._logger: Logger | None = None
         self._held = HeldRows()  # (step, metrics) per log_metrics call
         self._active = False
         self._started = False
@@ -136,6 +136,9 @@ class TrackerDestination(LoggerDestination):
         self._queued = 0
         self._ran = 0
         self._gave_up = False
+        # _last_progress when a wait for the client timed out: until the client moves again,
+        # later waits (close after fit_end) give up at once instead of waiting a second time.
+        self._stuck_at: float | None = None
 
     # ------------------------------------------------ for subclasses to fill
     def _check_credentials(self) -> None:
@@ -164,6 +167,15 @@ class TrackerDestination(LoggerDestination):
         ``exception`` and whenever the subclass calls :meth:`_hand_over_and_flush`."""
 
     # -------------------------------------------------------- shared plumbing
+    @property
+    def name(self) -> str:
+        """The name messages use: the class name (``MLFlowLogger#2`` for a second one)."""
+        return self._writer.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._writer.name = value
+
     @property
     def active(self) -> bool:
         """Whether this rank logs (known after ``init``)."""
@@ -212,9 +224,7 @@ class TrackerDestination(LoggerDestination):
         stalled = writer.pending >= writer.max_queue_size and (
             time.monotonic() - self._last_progress > self.close_timeout
         )
-        if not stalled and writer.try_submit(
-            self._run_client, fn, args, timeout=self.close_timeout
-        ):
+        if not stalled and writer.try_submit(self._run_client, fn, args, timeout=self._budget()):
             self._queued += self._writes_in(fn, args)
             return
         first, self._drop_told = not self._drop_told, True
@@ -274,7 +284,7 @@ class TrackerDestination(LoggerDestination):
     # ------------------------------------------------------- LoggerDestination
     @override
     def init(self, state: State, logger: Logger) -> None:
-        self._state = state
+        self._state, self._logger = state, logger
         self._active = not self.rank_zero_only or state.rank == self._chosen_rank(state.world_size)
         if not self._active or self._started:
             return
@@ -367,13 +377,25 @@ class TrackerDestination(LoggerDestination):
     @override
     def fit_end(self, state: State, logger: Logger) -> None:
         self._hand_over_and_flush()
-        self._writer.flush(timeout=self.close_timeout)
+        self._wait_for_client()
 
     @override
     def exception(self, state: State, logger: Logger) -> None:
         self._failed_run = True
         self._hand_over_and_flush()
-        self._writer.flush(timeout=self.close_timeout)
+        self._wait_for_client()
+
+    def _budget(self) -> float:
+        """How long to wait for the client now: ``close_timeout``, cut to the deadline the
+        destinations share while the run ends, and nothing while it is still stuck."""
+        if self._stuck_at is not None and self._stuck_at == self._last_progress:
+            return 0.0
+        logger = self._logger
+        return self.close_timeout if logger is None else logger.deadline.left(self.close_timeout)
+
+    def _wait_for_client(self) -> None:
+        if not self._writer.flush(timeout=self._budget()):
+            self._stuck_at = self._last_progress
 
     def _hand_over_and_flush(self) -> None:
         """Hand everything held over, then queue :meth:`_client_flush` (if the client has one)."""
@@ -387,8 +409,17 @@ class TrackerDestination(LoggerDestination):
             return
         self._hand_over()
         self._submit(self._client_finish, self._failed_run or state.exception is not None)
-        self._gave_up = not self._writer.close(timeout=self.close_timeout)
-        if self._dropped:
+        self._gave_up = not self._writer.close(timeout=self._budget(), report=False)
+        if self._gave_up:
+            log.error(
+                "obsbus: %s's client did not finish in time (close_timeout=%.1fs, one deadline "
+                "for all destinations); %d write(s) were not delivered (the call running is "
+                "left to finish; the rest are dropped).",
+                self.name,
+                self.close_timeout,
+                self.undelivered_writes,
+            )
+        elif self._dropped:
             log.error("obsbus: %s dropped %d write(s); see above.", self.name, self._dropped)
         if self._skipped:
             log.error(
@@ -398,3 +429,4 @@ class TrackerDestination(LoggerDestination):
                 self._skipped,
             )
         self._started = self._client_ready = False
+        self._stuck_at = None

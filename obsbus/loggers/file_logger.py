@@ -172,7 +172,6 @@ class FileLogger(LoggerDestination):
         if remote_folder is not None:
             check_remote_uri(remote_folder, "FileLogger remote_folder")
         self._remote = RemoteFiles("FileLogger", [self.remote_folder])
-        self.name = "FileLogger"
         self._writer = BackgroundWriter("FileLogger")
         self._state: State | None = None
         self._logger: Logger | None = None
@@ -183,6 +182,15 @@ class FileLogger(LoggerDestination):
         self._paths: list[Path] = []
         self._tees: list[tuple[str, TextIO]] = []
         self._uploaded_once = False
+
+    @property
+    def name(self) -> str:
+        """The name messages use (``FileLogger#2`` for a second one in ``loggers``)."""
+        return self._writer.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._writer.name = value
 
     @property
     def paths(self) -> list[Path]:
@@ -323,7 +331,7 @@ class FileLogger(LoggerDestination):
     @override
     def fit_end(self, state: State, logger: Logger) -> None:
         self._flush(fsync=True)
-        self._writer.flush()
+        self._writer.flush(timeout=logger.deadline.left(_WAIT_S))
         self._remote.fit_end(state, logger)
 
     @override
@@ -334,7 +342,7 @@ class FileLogger(LoggerDestination):
     def exception(self, state: State, logger: Logger) -> None:
         self._writer.submit(self._write_text, [f"[exception]: {state.exception!r}"])
         self._flush(fsync=True)
-        self._writer.flush(timeout=60)
+        self._writer.flush(timeout=logger.deadline.left(_WAIT_S))
         self._remote.exception(state, logger)
 
     @override
@@ -343,7 +351,7 @@ class FileLogger(LoggerDestination):
             return
         self._remove_capture()
         self._flush(fsync=True)
-        self._writer.close(timeout=60)
+        self._writer.close(timeout=logger.deadline.left(_WAIT_S))
         self._close_files()
         self._remote.close(state, logger)
 
@@ -383,6 +391,10 @@ class FileLogger(LoggerDestination):
             for path in self._paths:
                 self._remote.upload(logger, join(folder, path.name), path, overwrite=True)
 
+
+#: The longest the end of a run waits for the writer (less when the destinations' shared
+#: deadline leaves less: :class:`obsbus._deadline.SharedDeadline`).
+_WAIT_S = 60.0
 
 #: ``json.dumps(obj, default=str)`` without an encoder built per call (5-key row: 15 -> 9 µs).
 #: NaN and ±inf stay Python's ``NaN``/``Infinity`` tokens (see the class docstring for why).
