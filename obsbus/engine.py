@@ -111,12 +111,26 @@ class Engine:
                 (cb, hook(cb, event)) for cb in self.callbacks if overrides(cb, event.value)
             )
             dests = tuple(
-                (d, hook(d, event), event.value)
+                (d, self._watched(d, event.value, hook(d, event)), event.value)
                 for d in self.logger.destinations
                 if overrides(d, event.value)
             )
             table[event] = (cbs, dests)
         self._table = table
+
+    def _watched(
+        self, dest: LoggerDestination, action: str, hook: Callable[[State, Logger], None]
+    ) -> Callable[[State, Logger], None]:
+        """The hook as the logger's watchdog sees it (unchanged when there is none)."""
+        dog = self.logger.watchdog
+        if dog is None:
+            return hook
+        name = plugin_name(dest)
+
+        def watched(state: State, logger: Logger) -> None:
+            dog.call(name, action, hook, state, logger)
+
+        return watched
 
     def _hook(self, plugin: Callback, event: Event) -> Callable[[State, Logger], None]:
         """The bound hook, wrapped in a ``callback/{Class}/{event}`` span when profiling."""
@@ -276,6 +290,8 @@ class Engine:
                 name = plugin_name(plugin)
                 self.close_errors.append((name, exc))
                 log.error("obsbus: %s.post_close failed", name, exc_info=exc)
+        if self.logger.watchdog is not None:
+            self.logger.watchdog.stop()
         for line in self.logger.failures.summary():
             log.warning("obsbus: %s", line)
         if self.close_errors and self.logger.failures.strict and sys.exc_info()[1] is None:

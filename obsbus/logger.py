@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from obsbus._deadline import SharedDeadline
 from obsbus._failures import FailureLog, plugin_name
+from obsbus._watchdog import CallWatchdog
 from obsbus.callback import Callback
 from obsbus.naming import format_name
 
@@ -26,6 +28,14 @@ class LoggerDestination(Callback):
     are until it writes, then turns every value due into numbers at once with
     :func:`obsbus.values.to_host`. Values passed in must not be changed by
     the destination; callers pass fresh values and never mutate them after.
+
+    Every method and hook is called on the training thread (``upload_file``
+    from whichever thread produced the file), so training waits while it
+    runs: hold values and write them from a background thread
+    (:class:`~obsbus.BackgroundWriter`), as the built-in destinations do.
+    ``OBSBUS_WATCHDOG_S=60`` (or ``Logger(watchdog_s=60)``) names a call that
+    takes longer. At ``fit_end``, ``exception`` and ``close``, wait at most
+    ``logger.deadline.left(timeout)``: the destinations share one deadline.
 
     Example:
         >>> class Collect(LoggerDestination):
@@ -108,6 +118,7 @@ class Logger:
         *,
         strict: bool = False,
         failures: FailureLog | None = None,
+        watchdog_s: float | None = None,
     ) -> None:
         self._state = state
         self.destinations: tuple[LoggerDestination, ...] = tuple(destinations)
@@ -122,11 +133,25 @@ class Logger:
         #: :class:`~obsbus._deadline.SharedDeadline`); the engine starts and ends it.
         self.deadline = SharedDeadline()
         _name_apart(self.destinations)
+        if watchdog_s is None:
+            watchdog_s = _watchdog_from_env()
+        #: Reports a destination call that holds the training thread longer than
+        #: ``watchdog_s`` (``$OBSBUS_WATCHDOG_S``); off (``None``) by default.
+        self.watchdog = None if watchdog_s is None else CallWatchdog(watchdog_s)
+        if self.watchdog is not None:
+            self.log_metrics = self._log_metrics_watched  # type: ignore[method-assign]
+
+    def _contained(self, dest: LoggerDestination, action: str, fn: Any, *args: Any) -> None:
+        """``fn(*args)``, its failure contained, and watched when the watchdog is on."""
+        dog = self.watchdog
+        if dog is None:
+            self.failures.call(dest, action, fn, *args)
+        else:
+            self.failures.call(dest, action, dog.call, plugin_name(dest), action, fn, *args)
 
     def _fan_out(self, action: str, *args: Any) -> None:
-        call = self.failures.call
         for dest in self.destinations:
-            call(dest, action, getattr(dest, action), *args)
+            self._contained(dest, action, getattr(dest, action), *args)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Log scalar metrics; values may be tensors and are not synced here."""
@@ -138,6 +163,14 @@ class Logger:
                 dest.log_metrics(metrics, step)
             except Exception as exc:
                 self.failures.failed(dest, "log_metrics", exc)
+
+    def _log_metrics_watched(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """:meth:`log_metrics` with the watchdog on (it replaces it on the instance)."""
+        if step is None:
+            step = self._state.timestamp._batch
+        metrics = dict(metrics)
+        for dest in self.destinations:
+            self._contained(dest, "log_metrics", dest.log_metrics, metrics, step)
 
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
         self._fan_out("log_hyperparameters", dict(hyperparameters))
@@ -162,7 +195,7 @@ class Logger:
         if step is None:
             step = self._state.timestamp._batch
         for dest in self.destinations:
-            self.failures.call(
+            self._contained(
                 dest, "log_images", lambda d=dest: d.log_images(images, name, step, **kwargs)
             )
 
@@ -181,7 +214,7 @@ class Logger:
         path = Path(file_path)
         for dest in self.destinations:
             if dest.can_upload_files():
-                self.failures.call(
+                self._contained(
                     dest,
                     "upload_file",
                     lambda d=dest: d.upload_file(self._state, remote, path, overwrite=overwrite),
@@ -232,3 +265,16 @@ def _name_apart(destinations: Sequence[LoggerDestination]) -> None:
         if seen[name] > 1:
             with contextlib.suppress(AttributeError):  # a read-only name stays as it is
                 dest.name = f"{name}#{seen[name]}"  # type: ignore[attr-defined]
+
+
+def _watchdog_from_env() -> float | None:
+    text = os.environ.get("OBSBUS_WATCHDOG_S", "").strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(
+            f"OBSBUS_WATCHDOG_S must be a number of seconds, got {text!r}. To fix, set it to "
+            "e.g. 60, or unset it to turn the watchdog off."
+        ) from None
