@@ -15,12 +15,12 @@ from typing import Any, Literal
 
 from typing_extensions import override
 
-from obsbus.errors import MissingExtraError, TrainingTerminated
 from obsbus._held import Handed
+from obsbus.errors import MissingExtraError, TrainingTerminated
 from obsbus.logger import Logger
 from obsbus.loggers._mlflow_names import (
-    check_tracking_uri,
     KeyNames,
+    check_tracking_uri,
     is_log_file,
     is_performance_metric,
     is_trace_file,
@@ -110,7 +110,6 @@ class MLFlowLogger(TrackerDestination):
     The first open of a new SQLite store migrates its schema (seconds, on
     the writer thread, never the training step). A ``file:`` store or path
     is accepted when ``MLFLOW_ALLOW_FILE_STORE=true`` is set.
-
     With a SQL store given as ``tracking_uri`` or ``$MLFLOW_TRACKING_URI``
     (``sqlite:``, ``postgresql:``, ...), an experiment obsbus creates keeps
     its artifacts in ``{run folder}/mlflow/artifacts`` too, where MLflow
@@ -118,6 +117,7 @@ class MLFlowLogger(TrackerDestination):
     that exists keeps its own location (runs of a shared store then put
     theirs under the run folder that created it: pass ``artifact_location``
     to choose one place). A server keeps artifacts where it is configured to.
+
     Credentials come from the environment only (``MLFLOW_TRACKING_USERNAME``/
     ``PASSWORD``/``TOKEN``, ``DATABRICKS_HOST``/``DATABRICKS_TOKEN``); a
     ``databricks`` URI without ``DATABRICKS_HOST`` is warned about at start.
