@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import sys
 import threading
@@ -26,6 +27,8 @@ from obsbus.time import TimeLike, TimeUnit
 from obsbus.writer import BackgroundWriter, WritePeriod
 
 __all__ = ["FileLogger"]
+
+log = logging.getLogger("obsbus")
 
 
 class _Tee(io.TextIOBase):
@@ -227,6 +230,8 @@ class FileLogger(LoggerDestination):
         mode = "a" if self.resume else "w" if self.overwrite else "x"
         for path in paths:
             path.parent.mkdir(parents=True, exist_ok=True)
+            if self.resume:
+                _drop_torn_tail(path)
         opened: list[TextIO] = []
         try:
             for path in paths:
@@ -362,9 +367,12 @@ class FileLogger(LoggerDestination):
         self._text = self._jsonl = None
 
     # -------------------------------------------- the writer thread's side
+    # Each write is flushed to the OS (not fsynced): a kill -9 then loses only what was still
+    # held, never rows already handed over and left in Python's buffer until a flush_interval.
     def _write_text(self, lines: list[str]) -> None:
         if self._text is not None and not self._text.closed:
             self._text.write("".join(line + "\n" for line in lines))
+            self._text.flush()
 
     def _write_metrics(self, handed: Handed) -> None:
         text: list[str] = []
@@ -378,6 +386,7 @@ class FileLogger(LoggerDestination):
         self._write_text(text)
         if self._jsonl is not None and not self._jsonl.closed:
             self._jsonl.write("".join(r + "\n" for r in rows))
+            self._jsonl.flush()
 
     def _sync_files(self, fsync: bool, upload: bool) -> None:
         for f in (self._text, self._jsonl):
@@ -429,6 +438,39 @@ def _exists(path: Path) -> FileExistsError:
         f"FileLogger: {str(path)!r} already exists. To fix, pass resume=True to "
         "append to it (restarting a run), overwrite=True to replace it, or use "
         "another run name."
+    )
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last line the previous run did not finish (killed mid-write, disk full).
+
+    Appending after it would leave a corrupt line in the middle of the file.
+    """
+    if not path.is_file():
+        return
+    with open(path, "rb+") as f:
+        end = f.seek(0, os.SEEK_END)
+        if end == 0:
+            return
+        f.seek(end - 1)
+        if f.read(1) == b"\n":
+            return
+        keep = 0
+        pos = end
+        while pos > 0:  # back to the last whole line, a block at a time
+            start = max(pos - 65536, 0)
+            f.seek(start)
+            newline = f.read(pos - start).rfind(b"\n")
+            if newline >= 0:
+                keep = start + newline + 1
+                break
+            pos = start
+        f.truncate(keep)
+    log.warning(
+        "obsbus: FileLogger: the last line of %r was cut short (the previous run was killed "
+        "while writing it); its %d byte(s) are dropped before appending.",
+        str(path),
+        end - keep,
     )
 
 
