@@ -10,6 +10,15 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from obsbus._batch import default_num_samples, default_num_tokens, resolve_device, to_device
+from obsbus._check import check_bool, check_callable, check_mapping
+from obsbus._run_args import (
+    check_callbacks,
+    check_device,
+    check_duration,
+    check_loggers,
+    check_optimizers,
+    check_profiler,
+)
 from obsbus._signals import sigterm_as_exception
 from obsbus.callback import Callback
 from obsbus.engine import Engine
@@ -76,15 +85,23 @@ _FORWARD = {
 EvalInterval = TimeLike | Callable[[State, Event], bool]
 
 
-def _check_eval_interval(interval: EvalInterval) -> Time | Callable[[State, Event], bool]:
+def _check_eval_interval(
+    interval: EvalInterval, owner: str = "Run"
+) -> Time | Callable[[State, Event], bool]:
     if callable(interval) and not isinstance(interval, (Time, str)):
         return interval
-    value = Time.from_input(interval, default_unit=TimeUnit.EPOCH)
+    accepted = (
+        "a positive number of epochs or batches ('1ep', '500ba'; a bare int is epochs) "
+        "or a function (state, event) -> bool"
+    )
+    try:
+        value = Time.from_input(interval, default_unit=TimeUnit.EPOCH)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(
+            f"{owner} eval_interval must be {accepted}, got {interval!r} ({exc})"
+        ) from None
     if value.unit not in (TimeUnit.EPOCH, TimeUnit.BATCH) or value.value <= 0:
-        raise ValueError(
-            f"eval_interval {str(value)!r} is not supported: use a positive number of epochs "
-            "or batches ('1ep', '500ba') or a function (state, event) -> bool."
-        )
+        raise ValueError(f"{owner} eval_interval must be {accepted}, got {interval!r}.")
     return value
 
 
@@ -139,8 +156,8 @@ class Run:
         optimizers: Any = None,
         schedulers: Any = None,
         max_duration: TimeLike | None = None,
-        callbacks: Iterable[Callback] = (),
-        loggers: Iterable[LoggerDestination] = (),
+        callbacks: Callback | Iterable[Callback] | None = (),
+        loggers: LoggerDestination | Iterable[LoggerDestination] | None = (),
         run_name: str | None = None,
         device: Any = None,
         grad_accum: int = 1,
@@ -159,12 +176,28 @@ class Run:
                 "eval_interval and eval_fn go together: give both (evaluate every "
                 "eval_interval by calling eval_fn(run)) or neither."
             )
+        # Everything is checked before the first event, so a bad argument fails here, naming
+        # itself, instead of as a raw error inside the loop (or as a run of zero batches).
         self._eval_interval = None if eval_interval is None else _check_eval_interval(eval_interval)
-        self._eval_fn = eval_fn
-        self._num_samples = num_samples_fn or default_num_samples
-        self._num_tokens = num_tokens_fn or default_num_tokens
-        self._move_to = None if device is None else resolve_device(device)
-        self._handle_sigterm = handle_sigterm
+        self._eval_fn = check_callable("Run", "eval_fn", eval_fn)
+        self._num_samples: Callable[[Any], int] = (
+            check_callable("Run", "num_samples_fn", num_samples_fn) or default_num_samples
+        )
+        self._num_tokens: Callable[[Any], int] = (
+            check_callable("Run", "num_tokens_fn", num_tokens_fn) or default_num_tokens
+        )
+        if max_duration is not None:
+            max_duration = check_duration("Run", "max_duration", max_duration)
+        callbacks = check_callbacks("Run", callbacks)
+        loggers = check_loggers("Run", loggers)
+        check_optimizers("Run", optimizers, schedulers)
+        check_profiler("Run", profiler)
+        hparams = check_mapping("Run", "hparams", hparams)
+        check_bool("Run", "strict", strict)
+        self._move_to = (
+            None if check_device("Run", "device", device) is None else (resolve_device(device))
+        )
+        self._handle_sigterm = check_bool("Run", "handle_sigterm", handle_sigterm)
         if device is None and model is not None:
             params = getattr(model, "parameters", None)
             first = next(iter(params()), None) if callable(params) else None

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from obsbus._check import NotAFolderError
+
 __all__ = ["RunFolder"]
 
 _SAFE = re.compile(r"^[A-Za-z0-9._@+=-]+$")
@@ -22,7 +24,9 @@ def os_user() -> str:
 
 
 def _check_part(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str):
+        raise TypeError(f"RunFolder {name} must be a non-empty str, got {value!r}.")
+    if not value:
         raise ValueError(f"RunFolder {name} must be a non-empty str, got {value!r}.")
     if not _SAFE.match(value) or value in (".", ".."):
         raise ValueError(
@@ -79,14 +83,16 @@ class RunFolder:
     ) -> None:
         if not isinstance(root, (str, os.PathLike)) or str(root) == "":
             raise TypeError(f"RunFolder root must be a non-empty path, got {root!r}.")
-        for name, value in (("work_group", work_group), ("user_name", user_name)):
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"RunFolder {name} must be a non-empty str, got {value!r}.")
+        # The same rule as from_parts: trackers name projects after these, and from_parts
+        # builds the folder from them, so a '/' or '..' must not slip in through here.
+        _check_part("work_group", work_group)
+        if user_name is not None:
+            _check_part("user_name", user_name)
         object.__setattr__(self, "work_group", work_group)
         object.__setattr__(self, "user_name", user_name if user_name is not None else os_user())
         path = Path(root).expanduser()
         if path.exists() and not path.is_dir():
-            raise NotADirectoryError(
+            raise NotAFolderError(
                 f"RunFolder root {str(path)!r} exists and is not a directory. To fix, remove "
                 "the file or choose another run folder."
             )

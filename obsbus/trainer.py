@@ -10,14 +10,50 @@ from typing import Any
 import torch
 
 from obsbus._batch import split_batch
+from obsbus._check import check_callable, check_mapping
+from obsbus._run_args import (
+    check_callbacks,
+    check_device,
+    check_duration,
+    check_loggers,
+    check_optimizers,
+    check_profiler,
+)
 from obsbus.callback import Callback
 from obsbus.logger import LoggerDestination
-from obsbus.run import EvalInterval, Run
+from obsbus.run import EvalInterval, Run, _check_eval_interval
 from obsbus.run_folder import RunFolder
 from obsbus.state import State
 from obsbus.time import Time, TimeLike, TimeUnit
 
 __all__ = ["Trainer"]
+
+
+def _is_loader(value: object) -> bool:
+    """An iterable of batches: not a str, a number or None."""
+    return hasattr(value, "__iter__") and not isinstance(value, (str, bytes))
+
+
+def _check_eval_dataloaders(value: object) -> dict[str, Iterable[Any]]:
+    """``eval_dataloader`` as ``{label: dataloader}``."""
+    accepted = "a dataloader (an iterable of batches), a dict {label: dataloader} or None"
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        for label, loader in value.items():
+            if not isinstance(label, str) or not label:
+                raise TypeError(
+                    f"Trainer eval_dataloader must be {accepted}; the label {label!r} is not a "
+                    "non-empty str."
+                )
+            if not _is_loader(loader):
+                raise TypeError(
+                    f"Trainer eval_dataloader must be {accepted}; {label!r} holds {loader!r}."
+                )
+        return dict(value)
+    if not _is_loader(value):
+        raise TypeError(f"Trainer eval_dataloader must be {accepted}, got {value!r}.")
+    return {"eval": value}  # type: ignore[dict-item]
 
 
 class Trainer:
@@ -38,10 +74,10 @@ class Trainer:
         optimizers: an optimizer or a list; default ``AdamW(lr=1e-3)``.
         schedulers: LR schedulers, stepped after every batch.
         loss_fn: see ``model``.
-        eval_dataloader: one dataloader, or ``{label: dataloader}``.
+        eval_dataloader: one dataloader, or ``{label: dataloader}`` (labels are str).
         eval_interval: ``"1ep"``, ``"500ba"`` or ``f(state, event) -> bool``.
-        callbacks: monitors and other :class:`~obsbus.Callback` s.
-        loggers: :class:`~obsbus.LoggerDestination` s.
+        callbacks: monitors and other :class:`~obsbus.Callback` s (one, a list, or ``None``).
+        loggers: :class:`~obsbus.LoggerDestination` s (one, a list, or ``None``).
         profiler: an :class:`obsbus.profiler.Profiler` to trace a window of the run.
         run_name: the run's name (default: ``{user}-{time}-{pid}``).
         device: ``"cpu"``, ``"cuda"``, ... (default: CUDA if available).
@@ -75,8 +111,8 @@ class Trainer:
         loss_fn: Callable[..., Any] | None = None,
         eval_dataloader: Iterable[Any] | Mapping[str, Iterable[Any]] | None = None,
         eval_interval: EvalInterval = "1ep",
-        callbacks: Iterable[Callback] = (),
-        loggers: Iterable[LoggerDestination] = (),
+        callbacks: Callback | Iterable[Callback] | None = (),
+        loggers: LoggerDestination | Iterable[LoggerDestination] | None = (),
         profiler: Any = None,
         run_name: str | None = None,
         device: str | torch.device | None = None,
@@ -89,25 +125,31 @@ class Trainer:
         strict: bool = False,
     ) -> None:
         if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module, got {model!r}.")
-        if train_dataloader is None or not hasattr(train_dataloader, "__iter__"):
-            raise TypeError(f"train_dataloader must be iterable, got {train_dataloader!r}.")
+            raise TypeError(f"Trainer model must be a torch.nn.Module, got {model!r}.")
+        if not _is_loader(train_dataloader):
+            raise TypeError(
+                "Trainer train_dataloader must be an iterable of batches, got "
+                f"{train_dataloader!r}."
+            )
+        # What fit() would only trip over later (a loss_fn that can't be called, an eval
+        # loader that isn't one, an optimizer that isn't one) is refused here, by name.
+        duration = check_duration("Trainer", "max_duration", max_duration)
+        check_optimizers("Trainer", optimizers, schedulers)
+        self.loss_fn: Callable[..., Any] | None = check_callable("Trainer", "loss_fn", loss_fn)
+        self.eval_dataloaders = _check_eval_dataloaders(eval_dataloader)
+        _check_eval_interval(eval_interval, "Trainer")
+        callbacks = check_callbacks("Trainer", callbacks)
+        loggers = check_loggers("Trainer", loggers)
+        check_profiler("Trainer", profiler)
+        check_device("Trainer", "device", device)
         self.device = torch.device(
             device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
         )
         model.to(self.device)
         self.model = model
-        self.loss_fn = loss_fn
         self.train_dataloader = train_dataloader
-        if eval_dataloader is None:
-            self.eval_dataloaders: dict[str, Iterable[Any]] = {}
-        elif isinstance(eval_dataloader, Mapping):
-            self.eval_dataloaders = dict(eval_dataloader)
-        else:
-            self.eval_dataloaders = {"eval": eval_dataloader}
         if optimizers is None:
             optimizers = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        duration = Time.from_input(max_duration, default_unit=TimeUnit.EPOCH)
         info = {
             "max_duration": str(duration),
             "grad_accum": grad_accum,
@@ -127,7 +169,7 @@ class Trainer:
             run_name=run_name,
             device=self.device,
             grad_accum=grad_accum,
-            hparams={**info, **(hparams or {})},
+            hparams={**info, **check_mapping("Trainer", "hparams", hparams)},
             run_folder=run_folder,
             num_samples_fn=num_samples_fn,
             num_tokens_fn=num_tokens_fn,

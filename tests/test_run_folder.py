@@ -70,8 +70,33 @@ def test_bad_types():
         RunFolder("")
 
 
-@pytest.mark.parametrize("kwargs", [{"work_group": ""}, {"user_name": 3}], ids=["empty", "int"])
-def test_work_group_and_user_name_must_be_names(tmp_path, kwargs):
+@pytest.mark.parametrize(("kwargs", "error"), [({"work_group": ""}, ValueError),
+                                               ({"user_name": 3}, TypeError)],
+                         ids=["empty", "int"])
+def test_work_group_and_user_name_must_be_names(tmp_path, kwargs, error):
     name = next(iter(kwargs))
-    with pytest.raises(ValueError, match=f"RunFolder {name} must be a non-empty str"):
+    with pytest.raises(error, match=f"RunFolder {name} must be a non-empty str"):
         RunFolder(tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"work_group": "a/b"}, r"RunFolder work_group 'a/b' can't be a folder name"),
+        ({"work_group": ".."}, r"RunFolder work_group '\.\.' can't be a folder name"),
+        ({"user_name": "a b"}, r"RunFolder user_name 'a b' can't be a folder name"),
+    ],
+    ids=["slash", "dotdot", "space"],
+)
+def test_the_constructor_refuses_what_from_parts_refuses(tmp_path, kwargs, match):
+    """RunFolder(work_group='a/b') was accepted though from_parts rejects it."""
+    with pytest.raises(ValueError, match=match):
+        RunFolder(tmp_path, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        RunFolder.from_parts(workspace=tmp_path, exp_name="x", **kwargs)
+
+
+def test_a_file_for_the_root_is_a_value_error_too(tmp_path):
+    (tmp_path / "taken").write_text("x")
+    with pytest.raises(ValueError, match=f"RunFolder root {str(tmp_path / 'taken')!r} exists"):
+        RunFolder(tmp_path / "taken")

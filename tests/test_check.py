@@ -1,0 +1,136 @@
+"""The shared argument checks: what each accepts, and the message for what it refuses."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from obsbus._check import (
+    NotAFolderError,
+    check_bool,
+    check_callable,
+    check_folder,
+    check_folder_at_init,
+    check_int,
+    check_iterable_of,
+    check_mapping,
+    check_seconds,
+    check_str,
+)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_bool_is_a_bool(value):
+    assert check_bool("X", "flag", value) is value
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ("false", r"X flag must be True or False, got 'false'\. To fix, pass the bool False or "
+                  r"True, not a string \(any non-empty one is true\)\."),
+        (2, r"X flag must be True or False, got 2\. To fix, pass True rather than the int\."),
+        (None, r"X flag must be True or False, got None\.$"),
+    ],
+)
+def test_a_bool_flag_refuses_strings_ints_and_none(value, match):
+    with pytest.raises(TypeError, match=match):
+        check_bool("X", "flag", value)
+
+
+def test_a_bool_flag_may_take_none_where_allowed():
+    assert check_bool("X", "live", None, allow_none=True) is None
+    with pytest.raises(TypeError, match=r"must be True, False or None, got 'yes'"):
+        check_bool("X", "live", "yes", allow_none=True)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 0, 0.0, -1])
+def test_seconds_must_be_finite_and_positive(value):
+    with pytest.raises(ValueError, match=rf"X timeout must be a finite number of seconds > 0, "
+                                         rf"got {value!r}\."):
+        check_seconds("X", "timeout", value)
+
+
+@pytest.mark.parametrize("value", [True, "5", None])
+def test_seconds_must_be_a_number(value):
+    with pytest.raises(TypeError, match=rf"got {value!r}\."):
+        check_seconds("X", "timeout", value)
+
+
+def test_seconds_zero_and_none_where_allowed():
+    assert check_seconds("X", "period", 0, allow_zero=True) == 0.0
+    assert check_seconds("X", "period", None, allow_none=True) is None
+    assert check_seconds("X", "timeout", 5) == 5.0 and isinstance(check_seconds("X", "t", 5), float)
+    with pytest.raises(ValueError, match=r">= 0, got -0.5"):
+        check_seconds("X", "period", -0.5, allow_zero=True)
+
+
+def test_int_bounds_and_types():
+    assert check_int("X", "n", 3, minimum=1) == 3
+    with pytest.raises(ValueError, match=r"X n must be a whole number >= 1, got 0\."):
+        check_int("X", "n", 0, minimum=1)
+    with pytest.raises(TypeError, match=r"X n must be a whole number >= 0, got True\."):
+        check_int("X", "n", True)
+    with pytest.raises(TypeError, match=r"got 2\.5\."):
+        check_int("X", "n", 2.5)
+
+
+def test_str_empty_and_none():
+    assert check_str("X", "name", None, allow_none=True) is None
+    with pytest.raises(ValueError, match=r"X name must be a non-empty str, got ''\."):
+        check_str("X", "name", "")
+    with pytest.raises(TypeError, match=r"X name must be a non-empty str or None, got 5\."):
+        check_str("X", "name", 5, allow_none=True)
+
+
+def test_callable():
+    assert check_callable("X", "fn", len) is len
+    with pytest.raises(TypeError, match=r"X fn must be a function or None, got 5\."):
+        check_callable("X", "fn", 5)
+
+
+def test_iterable_of_names_the_parameter_instead_of_a_raw_error():
+    assert check_iterable_of("X", "items", (1, 2), int, accepted="ints") == [1, 2]
+    assert check_iterable_of("X", "items", None, int, accepted="ints", allow_none=True) == []
+    assert check_iterable_of("X", "items", 7, int, accepted="ints", allow_single=True) == [7]
+    with pytest.raises(TypeError, match=r"^X items must be a list of int, got 5\.$"):
+        check_iterable_of("X", "items", 5, int, accepted="a list of int")
+    with pytest.raises(TypeError, match=r"X items must be ints, got 'ab'\."):
+        check_iterable_of("X", "items", "ab", str, accepted="ints")  # not its characters
+    with pytest.raises(TypeError, match=r"X items must be ints, got 'b' among \[1, 'b'\]\."):
+        check_iterable_of("X", "items", [1, "b"], int, accepted="ints")
+
+
+def test_mapping_needs_str_keys():
+    assert check_mapping("X", "kw", None) == {}
+    assert check_mapping("X", "kw", {"a": 1}) == {"a": 1}
+    with pytest.raises(TypeError, match=r"X kw must be a dict with str keys, got 5\."):
+        check_mapping("X", "kw", 5)
+    with pytest.raises(TypeError, match=r"X kw must be a dict with str keys; the key 3 is not"):
+        check_mapping("X", "kw", {3: "a"})
+
+
+def test_a_file_where_a_folder_goes(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("x")
+    with pytest.raises(NotAFolderError, match=rf"X dir must be a folder, and {str(taken)!r} is an "
+                                              r"existing file\. To fix, remove the file"):
+        check_folder("X", "dir", str(taken))
+    with pytest.raises(NotADirectoryError) as info:
+        check_folder_at_init("X", "dir", taken)
+    assert isinstance(info.value, ValueError)  # bad input, and what the file system would say
+
+
+def test_a_folder_path_that_is_fine_or_not_known_yet(tmp_path):
+    assert check_folder("X", "dir", tmp_path / "new") == tmp_path / "new"
+    assert check_folder("X", "dir", "~/x") == Path("~/x").expanduser()
+    (tmp_path / "taken").write_text("x")
+    # Relative (to the run folder, known at init) or with placeholders: not checked yet.
+    assert check_folder("X", "dir", "taken") == Path("taken")
+    assert check_folder("X", "dir", str(tmp_path / "{run_name}")) == tmp_path / "{run_name}"
+    assert check_folder("X", "dir", None, allow_none=True) is None
+    with pytest.raises(TypeError, match=r"X dir must be a folder path \(str or os.PathLike\), "
+                                        r"got 5\."):
+        check_folder("X", "dir", 5)
