@@ -8,6 +8,7 @@ from typing import Any, TextIO
 
 from typing_extensions import override
 
+from obsbus._check import check_bool
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.state import State
@@ -82,9 +83,15 @@ class ConsoleLogger(LoggerDestination):
                 f"ConsoleLogger stream {stream!r} is not supported: use 'stdout', 'stderr' or "
                 "a text stream object."
             )
+        if not isinstance(stream, str) and not callable(getattr(stream, "write", None)):
+            # None or a number would fail only at the first line printed, mid-run.
+            raise TypeError(
+                f"ConsoleLogger stream must be 'stdout', 'stderr' or a text stream (an object "
+                f"with write()), got {stream!r}."
+            )
         self.log_interval = interval
         self.stream = stream
-        self.log_traces_enabled = log_traces
+        self.log_traces_enabled = check_bool("ConsoleLogger", "log_traces", log_traces)
         self._state: State | None = None
         self._pending: dict[str, Any] = {}
         self._hparams: dict[str, Any] = {}

@@ -7,6 +7,7 @@ from typing import Any
 
 from typing_extensions import override
 
+from obsbus._check import check_bool
 from obsbus.interval import LogInterval
 from obsbus.log import _level, get_logger
 from obsbus.logger import Logger, LoggerDestination
@@ -70,7 +71,7 @@ class LoguruLogger(LoggerDestination):
         interval = LogInterval(log_interval, "LoguruLogger log_interval", TimeUnit.EPOCH)
         self.log_interval = interval
         self.level = _level(level, "LoguruLogger level")[0]
-        self.log_traces_enabled = log_traces
+        self.log_traces_enabled = check_bool("LoguruLogger", "log_traces", log_traces)
         self._state: State | None = None
         self._pending: dict[str, Any] = {}
         self._step: int | None = None

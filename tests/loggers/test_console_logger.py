@@ -73,8 +73,13 @@ def test_stdout_stream_is_resolved_at_write_time(capsys):
         ({"log_interval": "0ba"}, ValueError, r"'0ba' is not supported"),
         ({"log_interval": "abc"}, ValueError, r"'abc'"),
         ({"stream": "stdlog"}, ValueError, r"'stdlog' is not supported.*'stdout', 'stderr'"),
+        ({"stream": None}, TypeError, r"stream must be 'stdout', 'stderr' or a text stream .*got None"),
+        ({"stream": 5}, TypeError, r"ConsoleLogger stream must be .*got 5\."),
+        ({"log_traces": "false"}, TypeError, r"ConsoleLogger log_traces must be True or False, got 'false'"),
+        ({"log_traces": 2}, TypeError, r"ConsoleLogger log_traces must be True or False, got 2"),
     ],
-    ids=["samples", "zero", "garbage", "stream"],
+    ids=["samples", "zero", "garbage", "stream", "stream-none", "stream-int", "traces-str",
+         "traces-int"],
 )
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):

@@ -184,8 +184,9 @@ def test_works_without_setup_logging():
             r"Unknown LoguruLogger level 'VERBOSE'\. Accepted: TRACE",
         ),
         ({"level": 20}, TypeError, r"LoguruLogger level must be a level name, got 20"),
+        ({"log_traces": "false"}, TypeError, r"LoguruLogger log_traces must be True or False, got 'false'"),
     ],
-    ids=["samples", "zero", "level-name", "level-type"],
+    ids=["samples", "zero", "level-name", "level-type", "traces-str"],
 )
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
