@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from obsbus._check import check_seconds
 from obsbus.object_store import ObjectStore
 
 __all__ = ["FailedUpload", "UploadJob", "UploadQueue"]
@@ -91,10 +92,12 @@ class UploadQueue:
         self.name = name
         self.workers = workers
         self.attempts = attempts
-        self.initial_backoff = initial_backoff
-        self.max_backoff = max_backoff
+        # Checked here as well as by the uploader: min(), sleeps and deadlines on nan or inf
+        # would retry without waiting or wait forever.
+        self.initial_backoff = check_seconds(name, "initial_backoff", initial_backoff)
+        self.max_backoff = check_seconds(name, "max_backoff", max_backoff)
         self.max_pending = max_pending
-        self.shutdown_timeout = shutdown_timeout
+        self.shutdown_timeout = check_seconds(name, "shutdown_timeout", shutdown_timeout)
         self.failures: list[FailedUpload] = []
         self.uploaded = 0
         self.uploaded_bytes = 0

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from obsbus._check import check_iterable_of
 from obsbus.errors import ObsbusError
 from obsbus.loggers._upload_queue import UploadQueue
 from obsbus.object_store import ObjectStore
@@ -19,26 +20,27 @@ from obsbus.object_store import ObjectStore
 log = logging.getLogger("obsbus")
 #: A backlog this large (files or bytes) gets a progress bar; so does a download this large.
 BIG_BACKLOG_FILES, BIG_BACKLOG_BYTES, BIG_DOWNLOAD = 16, 64 << 20, 16 << 20
-
-
-def check_positive(name: str, value: Any, kind: type = int, allow_zero: bool = False) -> Any:
-    ok = isinstance(value, (int, float) if kind is float else int) and not isinstance(value, bool)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(
-            f"RemoteUploaderDownloader {name} must be a positive number, got {value!r}."
-        )
-    return value
+_OWNER = "RemoteUploaderDownloader"
 
 
 def check_patterns(name: str, value: str | Sequence[str] | None) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    patterns = (value,) if isinstance(value, str) else tuple(value)
-    if not all(isinstance(p, str) and p for p in patterns):
-        raise TypeError(
-            f"RemoteUploaderDownloader {name} must be glob patterns (str), got {value!r}."
-        )
-    return patterns
+    """``include``/``exclude``: one glob pattern, a list of them, or ``None`` (none)."""
+    patterns = check_iterable_of(
+        _OWNER,
+        name,
+        value,
+        str,
+        accepted="glob patterns (str): one, a list of them, or None",
+        allow_none=True,
+        allow_single=True,
+    )
+    for pattern in patterns:
+        if not pattern:
+            raise ValueError(
+                f"{_OWNER} {name} must be glob patterns (str), got the empty pattern "
+                f"{pattern!r} in {value!r}; it matches no file name."
+            )
+    return tuple(patterns)
 
 
 def _bar(total: int, desc: str) -> Any:

@@ -18,17 +18,25 @@ from urllib.parse import urlsplit
 
 from typing_extensions import override
 
+from obsbus._check import (
+    check_bool,
+    check_folder,
+    check_folder_at_init,
+    check_int,
+    check_iterable_of,
+    check_seconds,
+    check_str,
+)
 from obsbus.errors import ObsbusError
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers._upload_queue import FailedUpload, UploadJob, UploadQueue
 from obsbus.loggers._upload_transfer import (
     check_patterns,
-    check_positive,
     download,
     wait_with_progress,
 )
 from obsbus.naming import PLACEHOLDERS, check_placeholders, format_name
-from obsbus.object_store import build_object_store, parse_bucket_uri
+from obsbus.object_store import build_object_store, mask_secrets, parse_bucket_uri
 
 if TYPE_CHECKING:
     from obsbus.state import State
@@ -156,18 +164,24 @@ class RemoteUploaderDownloader(LoggerDestination):
             "RemoteUploaderDownloader file_path_format_string",
             (*PLACEHOLDERS, "remote_file_name"),
         )
-        self.num_concurrent_uploads = check_positive(
-            "num_concurrent_uploads", num_concurrent_uploads
+        cls = "RemoteUploaderDownloader"
+        self.num_concurrent_uploads = check_int(
+            cls, "num_concurrent_uploads", num_concurrent_uploads, minimum=1
         )
-        self.num_attempts = check_positive("num_attempts", num_attempts)
-        self.initial_backoff = check_positive("initial_backoff", initial_backoff, float, True)
-        self.max_backoff = check_positive("max_backoff", max_backoff, float, True)
-        self.close_timeout = check_positive("close_timeout", close_timeout, float)
+        self.num_attempts = check_int(cls, "num_attempts", num_attempts, minimum=1)
+        # nan or inf would make a retry wait forever (or not at all); 0 retries in a busy loop.
+        self.initial_backoff = check_seconds(cls, "initial_backoff", initial_backoff)
+        self.max_backoff = check_seconds(cls, "max_backoff", max_backoff)
+        self.close_timeout = check_seconds(cls, "close_timeout", close_timeout)
         self.include = check_patterns("include", include)
         self.exclude = check_patterns("exclude", exclude)
-        self.progress_bar = progress_bar
+        self.progress_bar = check_bool(cls, "progress_bar", progress_bar)
+        staging = check_folder(cls, "upload_staging_folder", upload_staging_folder, allow_none=True)
+        # Relative to the working directory (not the run folder), so it can be checked now.
         self.upload_staging_folder = (
-            None if upload_staging_folder is None else Path(upload_staging_folder).absolute()
+            None
+            if staging is None
+            else check_folder_at_init(cls, "upload_staging_folder", staging.absolute())
         )
         self.name = f"RemoteUploaderDownloader({self.bucket_uri})"
         self._queue = UploadQueue(
@@ -175,10 +189,10 @@ class RemoteUploaderDownloader(LoggerDestination):
             name=self.name,
             workers=self.num_concurrent_uploads,
             attempts=self.num_attempts,
-            initial_backoff=float(initial_backoff),
-            max_backoff=float(max_backoff),
-            max_pending=check_positive("max_pending_uploads", max_pending_uploads),
-            shutdown_timeout=float(close_timeout),
+            initial_backoff=self.initial_backoff,
+            max_backoff=self.max_backoff,
+            max_pending=check_int(cls, "max_pending_uploads", max_pending_uploads, minimum=1),
+            shutdown_timeout=self.close_timeout,
         )
         self._state: State | None = None
         self._staging: Path | None = None
@@ -429,11 +443,24 @@ def maybe_create_remote_uploader_downloader_from_uri(
         >>> maybe_create_remote_uploader_downloader_from_uri("local/x.txt", []) is None
         True
     """
+    check_str("maybe_create_remote_uploader_downloader_from_uri", "uri", uri)
+    loggers = check_iterable_of(
+        "maybe_create_remote_uploader_downloader_from_uri",
+        "loggers",
+        loggers,
+        LoggerDestination,
+        accepted="a list of LoggerDestination",
+    )
     backend, _, _ = parse_uri(uri)
     if not backend:
         return None
     bucket_uri = "file:///" if backend == "file" else f"{backend}://{urlsplit(uri).netloc}"
-    wanted = parse_bucket_uri(bucket_uri)
+    try:
+        wanted = parse_bucket_uri(bucket_uri)
+    except ValueError as exc:  # it quotes the bucket URI: name the caller's whole URI too
+        raise ValueError(
+            f"maybe_create_remote_uploader_downloader_from_uri: uri {mask_secrets(uri)!r}: {exc}"
+        ) from None
     for dest in loggers:
         if (
             isinstance(dest, RemoteUploaderDownloader)

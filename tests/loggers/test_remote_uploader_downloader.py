@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -118,20 +119,58 @@ def test_secrets_in_backend_kwargs_are_refused():
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"num_attempts": 0}, ValueError, "num_attempts must be a positive number, got 0"),
-        ({"num_concurrent_uploads": True}, ValueError, "num_concurrent_uploads"),
+        ({"num_attempts": 0}, ValueError, "num_attempts must be a whole number >= 1, got 0"),
+        ({"num_concurrent_uploads": True}, TypeError,
+         "num_concurrent_uploads must be a whole number >= 1, got True"),
         (
             {"file_path_format_string": "{run}/{remote_file_name}"},
             ValueError,
             "unknown placeholder {run}",
         ),
-        ({"include": [""]}, TypeError, "include must be glob patterns"),
+        ({"include": [""]}, ValueError, "include must be glob patterns .*the empty pattern ''"),
+        ({"include": 5}, TypeError, r"include must be glob patterns \(str\): one, a list .*got 5"),
+        ({"exclude": [3]}, TypeError, r"exclude must be glob patterns .*got 3 among \[3\]"),
+        ({"close_timeout": float("nan")}, ValueError,
+         "close_timeout must be a finite number of seconds > 0, got nan"),
+        ({"close_timeout": float("inf")}, ValueError, "close_timeout must be a finite .*got inf"),
+        ({"close_timeout": 0}, ValueError, "close_timeout must be a finite .*> 0, got 0"),
+        ({"initial_backoff": float("nan")}, ValueError, "initial_backoff must be .*got nan"),
+        ({"initial_backoff": float("inf")}, ValueError, "initial_backoff must be .*got inf"),
+        ({"initial_backoff": 0}, ValueError, "initial_backoff must be .*> 0, got 0"),
+        ({"max_backoff": float("nan")}, ValueError, "max_backoff must be .*got nan"),
+        ({"max_backoff": float("inf")}, ValueError, "max_backoff must be .*got inf"),
+        ({"max_backoff": 0.0}, ValueError, "max_backoff must be .*> 0, got 0.0"),
+        ({"max_backoff": "1"}, TypeError, "max_backoff must be a finite number .*got '1'"),
+        ({"progress_bar": "false"}, TypeError, "progress_bar must be True or False, got 'false'"),
+        ({"upload_staging_folder": 5}, TypeError, "upload_staging_folder must be a folder path"),
     ],
-    ids=["attempts", "workers", "placeholder", "pattern"],
+    ids=["attempts", "workers", "placeholder", "pattern", "pattern-int", "pattern-item",
+         "timeout-nan", "timeout-inf", "timeout-0", "backoff-nan", "backoff-inf", "backoff-0",
+         "max-backoff-nan", "max-backoff-inf", "max-backoff-0", "max-backoff-str", "bar-str",
+         "staging-int"],
 )
 def test_bad_arguments_fail_at_construction(kwargs, error, message):
     with pytest.raises(error, match=message):
         RemoteUploaderDownloader(memory_uri(), **kwargs)
+
+
+def test_a_file_for_the_staging_folder_fails_at_construction(tmp_path, monkeypatch):
+    (tmp_path / "staging").write_text("a file")
+    with pytest.raises(NotADirectoryError, match=r"upload_staging_folder must be a folder, and "
+                       + repr(str(tmp_path / "staging"))):
+        RemoteUploaderDownloader(memory_uri(), upload_staging_folder=tmp_path / "staging")
+    monkeypatch.chdir(tmp_path)  # a relative one is relative to the working directory
+    with pytest.raises(ValueError, match="is an existing file"):
+        RemoteUploaderDownloader(memory_uri(), upload_staging_folder="staging")
+
+
+def test_maybe_create_checks_its_arguments():
+    with pytest.raises(TypeError, match=r"loggers must be a list of LoggerDestination, got 5"):
+        maybe_create_remote_uploader_downloader_from_uri("memory://b/x", 5)
+    with pytest.raises(TypeError, match=r"uri must be a non-empty str, got None"):
+        maybe_create_remote_uploader_downloader_from_uri(None, [])
+    with pytest.raises(ValueError, match=r"uri 'nope://u:\*\*\*@h/x': .*unsupported scheme"):
+        maybe_create_remote_uploader_downloader_from_uri("nope://u:pw@h/x", [])
 
 
 @pytest.mark.parametrize(
@@ -809,3 +848,15 @@ def test_sftp_checks_the_host_key_by_default(sftp, tmp_path, monkeypatch):
     [failure] = rud.failed_uploads
     assert failure.attempts == 1 and "Host key is not trusted" in failure.reason
     assert not (sftp.root / "uploads" / "x.txt").exists()
+
+
+@pytest.mark.parametrize("name", ["initial_backoff", "max_backoff", "shutdown_timeout"])
+def test_the_upload_queue_refuses_a_wait_that_never_ends_too(name):
+    from obsbus.loggers._upload_queue import UploadQueue
+    from obsbus.object_store import build_object_store
+
+    waits = {"initial_backoff": 1.0, "max_backoff": 2.0, "shutdown_timeout": 3.0, name: math.inf}
+    with pytest.raises(ValueError, match=rf"q {name} must be a finite number of seconds > 0, "
+                                         "got inf"):
+        UploadQueue(build_object_store(memory_uri()), name="q", workers=1, attempts=1,
+                    max_pending=1, **waits)
