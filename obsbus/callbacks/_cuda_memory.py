@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from obsbus._check import check_bool, check_folder, check_folder_at_init
 from obsbus.errors import ObsbusWarning
 from obsbus.naming import check_placeholders
 
@@ -183,12 +184,15 @@ class SnapshotFiles:
     def __init__(self, owner: str, folder: str, filename: str, html: bool, upload: bool) -> None:
         self.owner = owner
         self.folder = check_placeholders(folder, f"{owner} folder")
+        check_folder(owner, "folder", folder)  # an absolute one now; a relative one at init
         self.filename = check_placeholders(filename, f"{owner} filename")
-        for name, value in (("html", html), ("upload", upload)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{owner} {name} must be True or False, got {value!r}.")
-        self.html = html
-        self.upload = upload
+        self.html = check_bool(owner, "html", html)
+        self.upload = check_bool(owner, "upload", upload)
+
+    def check_folder(self, state: State, logger: Logger) -> None:
+        """At ``init``: a file where the folder goes fails now, not at the first snapshot."""
+        folder = state.run_folder.resolve(logger.format_name(self.folder))
+        check_folder_at_init(self.owner, "folder", folder)
 
     def stem(self, state: State, logger: Logger) -> Path:
         folder = state.run_folder.resolve(logger.format_name(self.folder))

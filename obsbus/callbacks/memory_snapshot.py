@@ -117,6 +117,7 @@ class MemorySnapshot(Callback):
 
     @override
     def init(self, state: State, logger: Logger) -> None:
+        self.files.check_folder(state, logger)
         self._cuda(self._history, state)
 
     @override

@@ -113,6 +113,7 @@ class OOMObserver(Callback):
 
     @override
     def init(self, state: State, logger: Logger) -> None:
+        self.files.check_folder(state, logger)
         self._cuda(self._history, state)
 
     @override

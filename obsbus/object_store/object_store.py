@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from obsbus._check import check_iterable_of
 from obsbus.object_store._uri import (
     BucketURI,
     accepted_schemes,
@@ -126,8 +127,16 @@ class ObjectStore:
     """
 
     def __init__(self, uri: BucketURI, secrets: Iterable[str] = ()) -> None:
+        if not isinstance(uri, BucketURI):
+            raise TypeError(
+                f"ObjectStore uri must be a BucketURI, got {uri!r}. To fix, build the store "
+                "with build_object_store('s3://bucket/prefix') or pass parse_bucket_uri(...)."
+            )
         self.uri = uri
-        self._secrets = [s for s in secrets if isinstance(s, str) and s]
+        secrets = check_iterable_of(
+            "ObjectStore", "secrets", secrets, str, accepted="a list of str (values to mask)"
+        )
+        self._secrets = [s for s in secrets if s]
 
     @property
     def display(self) -> str:

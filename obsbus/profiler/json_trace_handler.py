@@ -14,6 +14,7 @@ from typing import Any
 from typing_extensions import override
 
 from obsbus import dist
+from obsbus._check import check_bool, check_folder, check_folder_at_init
 from obsbus.logger import Logger
 from obsbus.loggers._remote_folder import RemoteFiles, check_remote_uri, join
 from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
@@ -92,6 +93,7 @@ class JSONTraceHandler(TraceHandler):
         remote_folder: str | None = None,
     ) -> None:
         self.folder = check_placeholders(folder, "JSONTraceHandler folder")
+        check_folder("JSONTraceHandler", "folder", folder)  # an absolute one; relative at init
         self.filename = check_placeholders(filename, "JSONTraceHandler filename")
         if merged_trace_filename is not None:
             check_placeholders(merged_trace_filename, "JSONTraceHandler merged_trace_filename")
@@ -103,7 +105,7 @@ class JSONTraceHandler(TraceHandler):
                 f"num_traces_to_keep must be -1 (keep all) or a positive int, got "
                 f"{num_traces_to_keep!r}."
             )
-        self.overwrite = overwrite
+        self.overwrite = check_bool("JSONTraceHandler", "overwrite", overwrite)
         self.num_traces_to_keep = num_traces_to_keep
         self.remote_folder = remote_folder
         if remote_folder is not None:
@@ -187,7 +189,9 @@ class JSONTraceHandler(TraceHandler):
     @override
     def init(self, state: State, logger: Logger) -> None:
         self._state, self._logger = state, logger
-        folder = self._path(state, logger, "x").parent
+        folder = check_folder_at_init(
+            "JSONTraceHandler", "folder", self._path(state, logger, "x").parent
+        )
         if not self.overwrite and folder.is_dir() and any(folder.glob("*.json")):
             raise FileExistsError(
                 f"JSONTraceHandler: {str(folder)!r} already holds traces. To fix, pass "

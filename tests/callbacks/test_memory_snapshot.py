@@ -131,3 +131,21 @@ def test_without_cuda_it_warns_once_and_writes_nothing(device, monkeypatch):
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
         MemorySnapshot(**kwargs)
+
+
+@pytest.mark.parametrize("cls", [MemorySnapshot, OOMObserver], ids=lambda c: c.__name__)
+def test_a_file_where_the_folder_goes_fails_before_the_first_snapshot(cls, tmp_path):
+    """Found at the first snapshot (an OOM, for OOMObserver) before; now when built, or at
+    init for a folder relative to the run folder."""
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    with pytest.raises(NotADirectoryError,
+                       match=rf"{cls.__name__} folder must be a folder, and {str(taken)!r} is an "
+                             "existing file"):
+        cls(folder=str(taken))
+    run_folder = tmp_path / "run"
+    run_folder.mkdir()
+    (run_folder / "snaps").write_text("a file")
+    with pytest.raises(ValueError, match=rf"{cls.__name__} folder must be a folder, and "
+                       rf"{str(run_folder / 'snaps')!r}"):
+        Run(run_folder=run_folder, callbacks=[cls(folder="snaps")])

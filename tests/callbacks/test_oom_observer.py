@@ -225,12 +225,19 @@ def test_no_upload(tmp_path):
     assert uploads.files == {} and Path("run/memory_snapshots/oom-rank0-batch0.html").exists()
 
 
+class BlockFolderAtFitStart(Callback):
+    """A file takes the snapshot folder's place after init (which refuses one already there)."""
+
+    def fit_start(self, state, logger):
+        Path("run").mkdir(exist_ok=True)
+        Path("run/memory_snapshots").write_text("a file where the folder should be")
+
+
 def test_a_write_that_fails_is_reported_and_the_oom_still_reaches_the_caller(caplog):
-    Path("run").mkdir()
-    Path("run/memory_snapshots").write_text("a file where the folder should be")
     with caplog.at_level(logging.ERROR, logger="obsbus"), \
             pytest.raises(torch.OutOfMemoryError, match="CUDA out of memory"):
-        train([observer(FakeHistory()), OOMAt(1, error=torch.OutOfMemoryError(OOM_MESSAGE))])
+        train([observer(FakeHistory()), BlockFolderAtFitStart(),
+               OOMAt(1, error=torch.OutOfMemoryError(OOM_MESSAGE))])
     assert "OOMObserver: could not write the memory snapshot" in caplog.text
 
 

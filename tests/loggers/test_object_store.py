@@ -48,6 +48,17 @@ def test_a_relative_file_uri_resolves_against_the_working_directory():
     assert parse_bucket_uri("file://out/bucket").prefix == str(Path.cwd() / "out" / "bucket")
 
 
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"uri": "memory://b"}, r"ObjectStore uri must be a BucketURI, got 'memory://b'\. To fix"),
+    ({"uri": BucketURI("memory", "b"), "secrets": 5},
+     r"ObjectStore secrets must be a list of str \(values to mask\), got 5\."),
+    ({"uri": BucketURI("memory", "b"), "secrets": [None]}, r"secrets must be .*got None among"),
+], ids=["uri-str", "secrets-int", "secrets-none"])
+def test_a_store_checks_what_it_is_built_with(kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        ObjectStore(**kwargs)
+
+
 def test_parse_rejects_a_non_str():
     with pytest.raises(TypeError, match="bucket_uri must be a str"):
         parse_bucket_uri(Path("/tmp"))

@@ -111,8 +111,10 @@ def test_existing_traces_are_not_overwritten(tmp_path):
     ("kwargs", "error", "match"),
     [({"num_traces_to_keep": 0}, ValueError, "-1 \\(keep all\\) or a positive int, got 0"),
      ({"filename": "{bogus}.json"}, ValueError, "unknown placeholder \\{bogus\\}"),
-     ({"num_traces_to_keep": "3"}, TypeError, "must be an int")],
-    ids=["zero", "placeholder", "type"],
+     ({"num_traces_to_keep": "3"}, TypeError, "must be an int"),
+     ({"overwrite": "false"}, TypeError, "JSONTraceHandler overwrite must be True or False, got 'false'"),
+     ({"overwrite": None}, TypeError, "JSONTraceHandler overwrite must be True or False, got None")],
+    ids=["zero", "placeholder", "type", "overwrite-str", "overwrite-none"],
 )
 def test_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -128,3 +130,18 @@ def test_close_merges_every_window_into_one_trace(tmp_path):
     assert balanced(merged)
     batch_begins = [e for e in merged if e["ph"] == "B" and e["name"] == "event/batch"]
     assert len(batch_begins) == 4  # two windows of two batches
+
+
+def test_a_file_where_the_trace_folder_goes_fails_before_the_first_trace(tmp_path):
+    """Found when the first window was saved, mid-run; now when built, or at init for a
+    folder relative to the run folder."""
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    with pytest.raises(NotADirectoryError, match=f"JSONTraceHandler folder must be a folder, and "
+                                                  f"{str(taken)!r} is an existing file"):
+        JSONTraceHandler(folder=str(taken))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "traces").write_text("a file")
+    with pytest.raises(ValueError, match=f"JSONTraceHandler folder must be a folder, and "
+                                         f"{str(tmp_path / 'run' / 'traces')!r}"):
+        fit(tmp_path, JSONTraceHandler())
