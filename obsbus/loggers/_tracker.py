@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from typing_extensions import override
 
+from obsbus._check import check_bool, check_seconds
 from obsbus._held import MAX_HELD_ROWS, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
@@ -109,16 +110,13 @@ class TrackerDestination(LoggerDestination):
             raise ValueError(
                 f"{cls} logging_rank must be a rank >= 0 or 'last', got {logging_rank!r}."
             )
-        if isinstance(close_timeout, bool) or not isinstance(close_timeout, (int, float)):
-            raise TypeError(f"{cls} close_timeout must be a number, got {close_timeout!r}.")
-        if close_timeout <= 0:
-            raise ValueError(f"{cls} close_timeout must be > 0 seconds, got {close_timeout!r}.")
-        self.rank_zero_only = rank_zero_only
+        # nan or inf would make close wait forever on a hung client (nan compares false).
+        self.close_timeout = check_seconds(cls, "close_timeout", close_timeout)
+        self.rank_zero_only = check_bool(cls, "rank_zero_only", rank_zero_only)
         self.logging_rank = logging_rank
-        self.log_env = log_env
-        self.log_git = log_git
+        self.log_env = check_bool(cls, "log_env", log_env)
+        self.log_git = check_bool(cls, "log_git", log_git)
         self._period = WritePeriod(cls, write_period)
-        self.close_timeout = float(close_timeout)
         self._writer = BackgroundWriter(cls, max_queue_size=max_queue_size)
         self._state: State | None = None
         self._logger: Logger | None = None
