@@ -12,6 +12,7 @@ from obsbus._deadline import SharedDeadline
 from obsbus._failures import FailureLog, plugin_name
 from obsbus._watchdog import CallWatchdog
 from obsbus.callback import Callback
+from obsbus.masking import mask_value
 from obsbus.naming import format_name
 
 if TYPE_CHECKING:
@@ -173,7 +174,9 @@ class Logger:
             self._contained(dest, "log_metrics", dest.log_metrics, metrics, step)
 
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
-        self._fan_out("log_hyperparameters", dict(hyperparameters))
+        """Hand hyperparameters to every destination, secrets masked first
+        (:func:`obsbus.masking.mask_value`: URI credentials, tokens, ``api_key=...``)."""
+        self._fan_out("log_hyperparameters", mask_value(dict(hyperparameters)))
 
     def log_traces(self, traces: Mapping[str, Any]) -> None:
         self._fan_out("log_traces", dict(traces))

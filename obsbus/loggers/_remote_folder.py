@@ -23,6 +23,7 @@ from obsbus.loggers.remote_uploader_downloader import (
     maybe_create_remote_uploader_downloader_from_uri,
     parse_uri,
 )
+from obsbus.masking import mask_secrets
 from obsbus.naming import check_placeholders
 from obsbus.object_store import build_object_store, parse_bucket_uri
 
@@ -64,6 +65,13 @@ def check_remote_uri(uri: object, what: str, *, needs_name: bool = False) -> str
             object name where ``needs_name``.
         obsbus.errors.MissingExtraError: the scheme's backend is not installed.
     """
+    try:
+        return _check_remote_uri(uri, what, needs_name)
+    except (TypeError, ValueError) as exc:  # every message quotes the URI: never its secrets
+        raise type(exc)(mask_secrets(str(exc))) from None
+
+
+def _check_remote_uri(uri: object, what: str, needs_name: bool) -> str:
     if not isinstance(uri, str) or not uri:
         raise TypeError(f"{what} must be a bucket URI such as 's3://bucket/path', got {uri!r}.")
     try:

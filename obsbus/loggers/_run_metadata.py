@@ -7,11 +7,12 @@ mask the same way (DESIGN principle 7: secrets stay secret).
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from obsbus.masking import SECRET_NAME, env_secret_values, mask_secrets
 
 __all__ = [
     "SECRET_NAME",
@@ -23,42 +24,28 @@ __all__ = [
     "secret_values",
 ]
 
-#: Environment variable names whose values are never recorded.
-SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|CREDENTIAL", re.IGNORECASE)
-_URI_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
-# Values shorter than this are too common to redact wherever they appear.
-_MIN_SECRET_LEN = 6
 _MAX_VALUE_LEN = 500
 
 
 def mask_credentials(text: str) -> str:
-    """``text`` with the whole user-info part of every URI masked, and secret query values.
-
-    Stricter than the object stores' :func:`~obsbus.object_store.mask_secrets`
-    (which keeps the user name) because a user-info with no password is often
-    a token itself (``https://<token>@github.com/...`` in a git remote).
+    """``text`` masked by :func:`obsbus.masking.mask_secrets` (kept for its callers).
 
     Example:
         >>> mask_credentials("https://ada:hunter2@mlflow.example.com/api?sig=abc")
         'https://***@mlflow.example.com/api?sig=***'
     """
-    from obsbus.object_store import mask_secrets
-
-    return mask_secrets(_URI_USERINFO.sub(lambda m: f"{m['scheme']}***@", text))
+    return mask_secrets(text)
 
 
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """The values of the environment variables whose names look secret, longest first."""
-    env = os.environ if environ is None else environ
-    found = {v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= _MIN_SECRET_LEN}
-    return sorted(found, key=len, reverse=True)
+    return env_secret_values(environ)
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret value replaced by ``***`` and URI credentials masked."""
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return mask_credentials(text)
+    """``text`` with every secret value replaced by ``***``, and all else
+    :func:`~obsbus.masking.mask_secrets` masks."""
+    return mask_secrets(text, secrets)
 
 
 def flatten_hyperparameters(params: Mapping[str, Any], sep: str = "/") -> dict[str, Any]:
@@ -86,13 +73,15 @@ def environment_snapshot(environ: Mapping[str, str] | None = None) -> dict[str, 
     """``{"env__NAME": value}`` for the environment, without anything secret.
 
     Names matching TOKEN|SECRET|KEY|PASSWORD|CREDENTIAL are dropped, the
-    values of those variables are redacted wherever else they appear, URI
-    credentials are masked, and long values are cut to 500 characters.
+    values of those variables are redacted wherever else they appear, and
+    every value is masked by :func:`obsbus.masking.mask_secrets` (URI
+    credentials, token-shaped values such as ``OPENAI_BASE=sk-...``); long
+    values are cut to 500 characters.
 
     Example:
         >>> environment_snapshot({"WORLD_SIZE": "8", "WANDB_API_KEY": "abcdef123",
-        ...                       "URL": "s3://id:abcdef123@host/b"})
-        {'env__URL': 's3://***@host/b', 'env__WORLD_SIZE': '8'}
+        ...                       "URL": "s3://id:abcdef123@host/b", "BASE": "sk-proj1234abcd5678"})
+        {'env__BASE': '***', 'env__URL': 's3://***@host/b', 'env__WORLD_SIZE': '8'}
     """
     env = dict(os.environ if environ is None else environ)
     secrets = secret_values(env)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +18,7 @@ from typing_extensions import override
 from obsbus.errors import MissingExtraError
 from obsbus.loggers._tracker import RunInfo, TrackerDestination
 from obsbus.loggers._tracker_media import hold_images, hold_table, image_arrays, table_rows
+from obsbus.masking import mask_argv, mask_value
 from obsbus.time import TimeLike
 from obsbus.values import HostValues
 
@@ -254,7 +257,10 @@ class WandBLogger(TrackerDestination):
         if self.tags:
             kwargs["tags"] = self.tags
         kwargs.update(self.init_kwargs)
-        self.run = wandb.init(**kwargs)
+        if "config" in kwargs:
+            kwargs["config"] = mask_value(kwargs["config"])
+        with _masked_argv():
+            self.run = wandb.init(**kwargs)
         self._step = int(getattr(self.run, "step", 0) or 0)
         self.late_values = 0
 
@@ -360,3 +366,19 @@ class WandBLogger(TrackerDestination):
 
     def _write_traces(self, traces: dict[str, Any]) -> None:
         self.run.summary.update(traces)
+
+
+@contextlib.contextmanager
+def _masked_argv() -> Iterator[None]:
+    """``sys.argv`` masked while ``wandb.init`` reads it into the run's metadata.
+
+    W&B records the command line (``args`` in ``wandb-metadata.json`` and the
+    ``.wandb`` file); a ``--api-key=...`` there would be stored and synced.
+    The swap lasts only the call (on the writer thread, while the run starts).
+    """
+    original = sys.argv
+    sys.argv = mask_argv(original)
+    try:
+        yield
+    finally:
+        sys.argv = original

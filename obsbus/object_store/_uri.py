@@ -33,13 +33,6 @@ SCHEME_EXTRAS = {
     "sftp": "sftp",
 }
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|CREDENTIAL|PASSPHRASE|SAS|SIG", re.I)
-_USERINFO = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):[^@/\s]*@")
-_QUERY_SECRET = re.compile(
-    r"(?P<head>[?&][^=&\s]*(?:sig|signature|token|key|secret|password|credential|sas)"
-    r"[^=&\s]*=)[^&\s#]+",
-    re.I,
-)
-MASK = "***"
 
 
 def accepted_schemes() -> str:
@@ -53,19 +46,18 @@ def env_secrets() -> list[str]:
 
 
 def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with URI passwords, secret query values and each of ``secrets`` masked.
+    """``text`` with URI credentials, secret query values, token-shaped values and each of
+    ``secrets`` masked: :func:`obsbus.masking.mask_secrets`, the one masking function.
 
     Example:
         >>> mask_secrets("sftp://ada:hunter22@host/x failed", ["tok-123456"])
-        'sftp://ada:***@host/x failed'
+        'sftp://***@host/x failed'
         >>> mask_secrets("GET https://acct.blob.core.windows.net/c?sv=1&sig=abc%2Bdef")
         'GET https://acct.blob.core.windows.net/c?sv=1&sig=***'
     """
-    text = _USERINFO.sub(lambda m: m["head"] + ":" + MASK + "@", text)
-    text = _QUERY_SECRET.sub(lambda m: m["head"] + MASK, text)
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    return text
+    from obsbus import masking
+
+    return masking.mask_secrets(text, secrets)
 
 
 @dataclass(frozen=True)

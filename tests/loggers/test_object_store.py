@@ -71,7 +71,7 @@ def test_mask_secrets_in_any_text():
     )
     masked = mask_secrets(text, ["AKIA-value-12"])
     assert masked == (
-        "connect sftp://ada:***@h/x then https://a.blob.core.windows.net/c?"
+        "connect sftp://***@h/x then https://a.blob.core.windows.net/c?"
         "sv=2024&se=1&sig=***&skoid=z and key ***"
     )
     assert mask_secrets("http://127.0.0.1:5000/b@c") == "http://127.0.0.1:5000/b@c"

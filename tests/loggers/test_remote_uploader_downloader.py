@@ -169,7 +169,7 @@ def test_maybe_create_checks_its_arguments():
         maybe_create_remote_uploader_downloader_from_uri("memory://b/x", 5)
     with pytest.raises(TypeError, match=r"uri must be a non-empty str, got None"):
         maybe_create_remote_uploader_downloader_from_uri(None, [])
-    with pytest.raises(ValueError, match=r"uri 'nope://u:\*\*\*@h/x': .*unsupported scheme"):
+    with pytest.raises(ValueError, match=r"uri 'nope://\*\*\*@h/x': .*unsupported scheme"):
         maybe_create_remote_uploader_downloader_from_uri("nope://u:pw@h/x", [])
 
 
