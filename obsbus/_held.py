@@ -19,12 +19,13 @@ row:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from obsbus.values import HostRows, rows_to_host_async
 
-__all__ = ["MAX_HELD_ROWS", "Handed", "HeldRows", "hand_over"]
+__all__ = ["MAX_HELD_ROWS", "Backpressure", "Handed", "HeldRows", "hand_over"]
 
 #: Rows held before a hand-over, whatever the write period says: it bounds the memory a run
 #: that never reaches a batch boundary (a long eval, a loop without ``run.train``) holds.
@@ -81,3 +82,30 @@ def hand_over(rows: HeldRows, submit: Callable[[Handed], object]) -> HeldRows:
         return rows
     submit(Handed(rows, len(rows), rows_to_host_async([row[-1] for row in rows])))
     return HeldRows()
+
+
+class Backpressure:
+    """Keeps at most two capped hand-overs of one destination in its writer's queue.
+
+    A loop that logs faster than the writer writes (calls in a tight loop, no
+    batch boundary) hands 1024 rows over at every 1024th call; the writer's
+    queue is bounded in calls, not rows, so without this it would hold up to
+    a million rows. After each such hand-over the destination queues a marker
+    and waits for the previous one: the loop runs at the writer's pace, with
+    one batch being written while the next is gathered.
+    """
+
+    __slots__ = ("_previous",)
+
+    def __init__(self) -> None:
+        self._previous: threading.Event | None = None
+
+    def wait(self, queue: Callable[[Callable[[], None]], object], timeout: float) -> bool:
+        """Queue a marker with ``queue(fn)``; wait at most ``timeout`` for the previous one.
+
+        ``False`` when the previous marker was not reached in time (a stuck writer).
+        """
+        marker = threading.Event()
+        queue(marker.set)
+        previous, self._previous = self._previous, marker
+        return previous is None or previous.wait(timeout)

@@ -66,7 +66,7 @@ class HostValues:
             event.synchronize()
         self._events = []
         converted = dict(self._plain)
-        np = sys.modules.get("numpy")  # not imported: no numpy value can exist
+        np = _numpy()
         if np is not None:
             numpy_types = (np.generic, np.ndarray)
             for key, value in self._plain.items():
@@ -101,10 +101,21 @@ def from_numpy(value: Any) -> Any:
         >>> from_numpy(np.float32(0.5)), from_numpy(np.array([[1, 2]])), from_numpy("x")
         (0.5, [[1, 2]], 'x')
     """
-    np = sys.modules.get("numpy")
+    np = _numpy()
     if np is None or not isinstance(value, (np.generic, np.ndarray)):
         return value
     return _from_numpy(value, np)
+
+
+def _numpy() -> Any:
+    """numpy if it is imported, else ``None`` (then no numpy value can exist).
+
+    Also ``None`` while another thread is still importing it (a writer thread
+    converts while the training thread imports TensorBoard, say): the half-made
+    module has no ``generic`` yet, and no numpy value can exist before it has.
+    """
+    np = sys.modules.get("numpy")
+    return np if np is not None and hasattr(np, "ndarray") and hasattr(np, "generic") else None
 
 
 def _from_numpy(value: Any, np: Any) -> Any:

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from typing_extensions import override
 
 from obsbus._check import check_bool, check_seconds
-from obsbus._held import MAX_HELD_ROWS, Handed, HeldRows, hand_over
+from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers._run_metadata import environment_snapshot, flatten_hyperparameters, git_metadata
@@ -121,6 +121,7 @@ class TrackerDestination(LoggerDestination):
         self._state: State | None = None
         self._logger: Logger | None = None
         self._held = HeldRows()  # (step, metrics) per log_metrics call
+        self._pressure = Backpressure()
         self._active = False
         self._started = False
         self._client_ready = False
@@ -305,6 +306,9 @@ class TrackerDestination(LoggerDestination):
             held.append((self._step_now(step), dict(metrics)))
             if len(held) >= MAX_HELD_STEPS:  # no batch boundary may come: bound the memory
                 self._hand_over()
+                queue = self._writer.try_submit
+                if not self._pressure.wait(lambda fn: queue(fn, timeout=0.0), self._budget()):
+                    self._stuck_at = self._last_progress  # a hung client: wait no more
 
     @override
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:

@@ -15,7 +15,7 @@ from typing import Any, TextIO, cast
 
 from typing_extensions import override
 
-from obsbus._held import MAX_HELD_ROWS, Handed, HeldRows, hand_over
+from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers._remote_folder import RemoteFiles, check_remote_uri, join
@@ -180,6 +180,7 @@ class FileLogger(LoggerDestination):
         self._logger: Logger | None = None
         # (step, epoch, batch, wall time, metrics) per log_metrics call
         self._held = HeldRows()
+        self._pressure = Backpressure()
         self._text: TextIO | None = None
         self._jsonl: TextIO | None = None
         self._paths: list[Path] = []
@@ -273,6 +274,7 @@ class FileLogger(LoggerDestination):
         held.append((batch if step is None else step, epoch, batch, time.time(), dict(metrics)))
         if len(held) >= MAX_HELD_ROWS:  # no batch boundary may come (a long eval): bound memory
             self._hand_over()
+            self._pressure.wait(self._writer.submit, _WAIT_S)
 
     @override
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
