@@ -365,7 +365,10 @@ class FileLogger(LoggerDestination):
     def _close_files(self) -> None:
         for f in (self._text, self._jsonl):
             if f is not None and not f.closed:
-                f.close()
+                try:
+                    f.close()
+                except OSError as exc:  # the last flush (a full disk): counted with the writes'
+                    self._writer.failures.report(self.name, "close", exc)
         self._text = self._jsonl = None
 
     # -------------------------------------------- the writer thread's side
