@@ -302,11 +302,17 @@ class RemoteUploaderDownloader(LoggerDestination):
         show_bar = self.progress_bar and local_rank == 0
         return wait_with_progress(self._queue, self.name, timeout, show_bar)
 
-    def _drain(self) -> None:
-        """Wait (bounded) for the backlog; what is left becomes failures; report new ones."""
-        if not self.wait_for_uploads(self.close_timeout):
+    def _drain(self, logger: Logger | None = None) -> None:
+        """Wait (bounded) for the backlog; what is left becomes failures; report new ones.
+
+        The wait is ``close_timeout``, cut to what the destinations' shared
+        deadline leaves while the run ends (``logger.deadline``).
+        """
+        timeout = self.close_timeout if logger is None else logger.deadline.left(self.close_timeout)
+        if not self.wait_for_uploads(timeout):
             running = self._queue.abandon(
-                f"not uploaded within close_timeout={self.close_timeout:.0f}s"
+                f"not uploaded within close_timeout={self.close_timeout:.0f}s (one deadline for "
+                "all destinations)"
             )
             for job in running:
                 log.error(
@@ -339,16 +345,16 @@ class RemoteUploaderDownloader(LoggerDestination):
 
     @override
     def fit_end(self, state: State, logger: Logger) -> None:
-        self._drain()
+        self._drain(logger)
         self.check_uploads()
 
     @override
     def exception(self, state: State, logger: Logger) -> None:
-        self._drain()  # what was queued before the crash goes out, or is reported
+        self._drain(logger)  # what was queued before the crash goes out, or is reported
 
     @override
     def close(self, state: State, logger: Logger) -> None:
-        self._drain()
+        self._drain(logger)
         with self._lock:  # reported at close: not raised again if the uploader is reused
             self._raised = max(self._raised, self._reported)
 
