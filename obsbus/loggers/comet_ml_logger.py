@@ -13,6 +13,7 @@ from typing import Any
 
 from typing_extensions import override
 
+from obsbus._check import check_folder, check_mapping
 from obsbus.errors import MissingExtraError
 from obsbus.logger import Logger
 from obsbus.loggers._tensorboard_summaries import image_arrays
@@ -158,7 +159,9 @@ class CometMLLogger(TrackerDestination):
             )
         if exp_kwargs is not None and not isinstance(exp_kwargs, Mapping):
             raise TypeError(f"{cls} exp_kwargs must be a dict or None, got {exp_kwargs!r}.")
-        extra_kwargs = dict(exp_kwargs or {})
+        # Found at fit otherwise: a file where the zip's folder goes, a key that isn't a str.
+        check_folder(cls, "offline_directory", offline_directory, allow_none=True)
+        extra_kwargs = check_mapping(cls, "exp_kwargs", exp_kwargs)
         if "api_key" in extra_kwargs:
             raise ValueError(
                 f"{cls} takes credentials from the environment only, not exp_kwargs['api_key']. "

@@ -15,6 +15,7 @@ from typing import Any, TextIO, cast
 
 from typing_extensions import override
 
+from obsbus._check import check_bool
 from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
@@ -158,6 +159,10 @@ class FileLogger(LoggerDestination):
             raise TypeError(f"FileLogger flush_interval must be an int, got {flush_interval!r}.")
         if flush_interval < 1:
             raise ValueError(f"FileLogger flush_interval must be >= 1, got {flush_interval!r}.")
+        for flag, value in (("log_traces", log_traces), ("capture_stdout", capture_stdout),
+                            ("capture_stderr", capture_stderr), ("overwrite", overwrite),
+                            ("resume", resume)):  # fmt: skip
+            check_bool("FileLogger", flag, value)  # overwrite='false' would mean True
         if overwrite and resume:
             raise ValueError("FileLogger: overwrite=True and resume=True contradict; choose one.")
         for name in (self.filename, self.jsonl_filename):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import os
 import re
 import sys
@@ -219,8 +220,11 @@ class MLFlowLogger(TrackerDestination):
             raise TypeError(
                 f"{cls} flush_interval must be a number of seconds, got {flush_interval!r}."
             )
-        if flush_interval < 0:
-            raise ValueError(f"{cls} flush_interval must be >= 0 seconds, got {flush_interval!r}.")
+        if flush_interval < 0 or not math.isfinite(flush_interval):  # nan: a timer never due
+            raise ValueError(
+                f"{cls} flush_interval must be >= 0 seconds, got {flush_interval!r}: a finite "
+                "number (0: a batch at every hand-over)."
+            )
         switches = {"synchronous": synchronous, "resume": resume, "upload_traces": upload_traces,
                     "upload_logs": upload_logs,
                     "upload_performance_metrics": upload_performance_metrics}  # fmt: skip
@@ -232,6 +236,15 @@ class MLFlowLogger(TrackerDestination):
                 f"{cls} run_id must be an MLflow run id (letters, digits, '_' and '-'), "
                 f"got {run_id!r}."
             )
+        # MLflow's pattern admits any word, but every store names a run by uuid4().hex: any
+        # other id (a run name, say) is only found missing when the run starts, at fit.
+        if run_id is not None and not re.fullmatch(r"[0-9a-f]{32}", run_id):
+            raise ValueError(
+                f"{cls} run_id must be an MLflow run id, 32 lowercase hex characters such as "
+                f"'0a1b2c3d4e5f60718293a4b5c6d7e8f9', got {run_id!r}. To fix, copy the id from "
+                "the run's page (or run.info.run_id); to continue a run by its name, pass "
+                "run_name=... with resume=True instead."
+            )
         if run_id is not None and not rank_zero_only:
             raise ValueError(
                 f"{cls} run_id={run_id!r} needs rank_zero_only=True: one run can't hold every "
@@ -239,6 +252,22 @@ class MLFlowLogger(TrackerDestination):
                 "each rank's run by its name."
             )
         self.tracking_uri = check_tracking_uri(cls, tracking_uri)
+        # An unknown scheme fails only when the client starts, at fit. The schemes MLflow
+        # registers, and its plugins' (read from entry points: no client starts).
+        from importlib.metadata import entry_points
+
+        uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+        schemes = {"", "file", "databricks", "databricks-uc", "uc", "http", "https", "sqlite",
+                   "postgresql", "mysql", "mssql"}  # fmt: skip
+        schemes |= {ep.name for ep in entry_points(group="mlflow.tracking_store")}
+        if uri_scheme(uri) not in schemes:
+            origin = "" if self.tracking_uri else " (from $MLFLOW_TRACKING_URI)"
+            raise ValueError(
+                f"{cls} tracking_uri {mask_credentials(uri)!r}{origin} has a scheme MLflow has "
+                f"no store for; accepted: {', '.join(sorted(s + ':' for s in schemes if s))} "
+                "or a local path. To fix, use e.g. 'http://127.0.0.1:5000' or "
+                "'sqlite:///path/to/mlflow.db'."
+            )
         self.experiment_name = experiment_name
         self.run_name = run_name
         self.tags = {key: str(value) for key, value in (tags or {}).items()}

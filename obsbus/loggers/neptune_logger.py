@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from typing_extensions import override
 
+from obsbus._check import check_bool
 from obsbus.errors import MissingExtraError
 from obsbus.loggers._tracker import RunInfo, TrackerDestination
 from obsbus.loggers._tracker_media import hold_images, hold_table, image_arrays, table_rows
@@ -176,7 +177,7 @@ class NeptuneLogger(TrackerDestination):
         self.tags = list(tags or ())
         self.base_namespace = _namespace(cls, "base_namespace", base_namespace)
         self.params_namespace = _namespace(cls, "params_namespace", params_namespace)
-        self.upload_artifacts = bool(upload_artifacts)
+        self.upload_artifacts = check_bool(cls, "upload_artifacts", upload_artifacts)
         self.neptune_kwargs = dict(neptune_kwargs)
         self.run: Any = None  # the neptune Run, once started (touch it from the writer thread only)
         self._file: Any = None  # neptune.types.File

@@ -12,6 +12,7 @@ from typing import Any
 
 from typing_extensions import override
 
+from obsbus._check import check_folder
 from obsbus.errors import MissingExtraError
 from obsbus.logger import Logger
 from obsbus.loggers._tensorboard_files import EventFiles
@@ -183,6 +184,7 @@ class TensorboardLogger(TrackerDestination):
         self.log_dir = (
             None if log_dir is None else check_placeholders(os.fspath(log_dir), f"{cls} log_dir")
         )
+        check_folder(cls, "log_dir", self.log_dir, allow_none=True)  # a file there: now, not at fit
         self.flush_interval = _check_positive_int(cls, "flush_interval", flush_interval)
         self.queue_size = _check_positive_int(cls, "queue_size", queue_size)
         switches = {

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from typing_extensions import override
 
+from obsbus._check import check_bool, check_folder, check_folder_at_init, check_mapping
 from obsbus.errors import MissingExtraError
 from obsbus.loggers._tracker import RunInfo, TrackerDestination
 from obsbus.loggers._tracker_media import hold_images, hold_table, image_arrays, table_rows
@@ -185,6 +186,8 @@ class WandBLogger(TrackerDestination):
             raise ValueError(f"{cls} mode must be one of {_MODES} or None, got {mode!r}.")
         if init_kwargs is not None and not isinstance(init_kwargs, Mapping):
             raise TypeError(f"{cls} init_kwargs must be a dict, got {init_kwargs!r}.")
+        # wandb.init(**init_kwargs) at fit would fail on a key that isn't a str.
+        init_kwargs = check_mapping(cls, "init_kwargs", init_kwargs)
         clashes = sorted(set(init_kwargs or {}) & set(_OWN_INIT_ARGS))
         if clashes:
             raise ValueError(
@@ -196,10 +199,12 @@ class WandBLogger(TrackerDestination):
         self.run_name = name
         self.entity = entity
         self.tags = list(tags or ())
-        self.log_artifacts = bool(log_artifacts)
+        self.log_artifacts = check_bool(cls, "log_artifacts", log_artifacts)
         self.init_kwargs = dict(init_kwargs or {})
         self.mode = mode
-        self.save_dir = None if save_dir is None else Path(save_dir)
+        save = check_folder(cls, "save_dir", save_dir, allow_none=True)
+        # Relative to the working directory, as wandb takes it: a file there fails now.
+        self.save_dir = None if save is None else check_folder_at_init(cls, "save_dir", save)
         self.run: Any = None  # the wandb run, once started (touch it from the writer thread only)
         self._wandb: Any = None
         self._step = 0

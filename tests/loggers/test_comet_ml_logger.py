@@ -281,6 +281,8 @@ def test_comet_patching_and_error_reports_are_off_unless_asked_for(monkeypatch):
         ({"exp_kwargs": {"api_key": "k"}}, ValueError, "credentials from the environment only"),
         ({"exp_kwargs": ["x"]}, TypeError, "exp_kwargs must be a dict or None"),
         ({"log_interval": "5sp"}, ValueError, "CometMLLogger log_interval '5sp'"),
+        ({"exp_kwargs": {3: "x"}}, TypeError, "exp_kwargs must be a dict with str keys; the key 3"),
+        ({"close_timeout": float("inf")}, ValueError, "close_timeout must be a finite .*got inf"),
     ],
     ids=[
         "str-online",
@@ -291,11 +293,21 @@ def test_comet_patching_and_error_reports_are_off_unless_asked_for(monkeypatch):
         "api-key",
         "list-kwargs",
         "sample-interval",
+        "int-kwargs-key",
+        "inf-timeout",
     ],
 )
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
         CometMLLogger(**kwargs)
+
+
+def test_a_file_for_offline_directory_fails_at_construction(tmp_path):
+    """It was found at close, when the offline zip was written."""
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(NotADirectoryError, match=r"CometMLLogger offline_directory must be a "
+                       r"folder, and " + repr(str(tmp_path / "taken"))):
+        CometMLLogger(online=False, offline_directory=tmp_path / "taken")
 
 
 def test_missing_comet_ml_names_the_extra(monkeypatch):

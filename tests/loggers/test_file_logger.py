@@ -166,9 +166,16 @@ def test_placeholders_and_absolute_names(tmp_path):
         ({"filename": ""}, TypeError, "must be a non-empty str"),
         ({"write_period": -0.5}, ValueError, r"write_period must be >= 0 seconds and finite, got -0.5"),
         ({"write_period": "1"}, TypeError, r"write_period must be a number of seconds, got '1'"),
+        ({"overwrite": "false"}, TypeError, r"FileLogger overwrite must be True or False, got 'false'"),
+        ({"overwrite": "false", "resume": True}, TypeError, r"overwrite must be True or False"),
+        ({"resume": 2}, TypeError, r"FileLogger resume must be True or False, got 2"),
+        ({"capture_stdout": None}, TypeError, r"FileLogger capture_stdout must be True or False, got None"),
+        ({"capture_stderr": "yes"}, TypeError, r"FileLogger capture_stderr must be True or False"),
+        ({"log_traces": 0}, TypeError, r"FileLogger log_traces must be True or False, got 0"),
     ],
     ids=["placeholder", "jsonl-placeholder", "interval", "flush-zero", "flush-type", "both",
-         "empty", "period-negative", "period-type"],
+         "empty", "period-negative", "period-type", "overwrite-str", "overwrite-str-resume",
+         "resume-int", "stdout-none", "stderr-str", "traces-int"],
 )
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):

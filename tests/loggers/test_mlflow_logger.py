@@ -465,10 +465,22 @@ def test_the_last_rank_logs_by_default_and_per_rank_runs_are_grouped(
         ({"flush_interval": "10s"}, TypeError, "flush_interval must be a number of seconds"),
         ({"synchronous": "no"}, TypeError, "synchronous must be True or False, got 'no'"),
         ({"run_id": "not an id!"}, ValueError, "run_id must be an MLflow run id"),
-        ({"run_id": "abc123", "rank_zero_only": False}, ValueError, "needs rank_zero_only=True"),
+        ({"run_id": "0a1b2c3d4e5f60718293a4b5c6d7e8f9", "rank_zero_only": False}, ValueError,
+         "needs rank_zero_only=True"),
+        ({"run_id": "my-run"}, ValueError,
+         r"run_id must be an MLflow run id, 32 lowercase hex characters .*got 'my-run'\. To fix"),
+        ({"run_id": "0A1B2C3D4E5F60718293A4B5C6D7E8F9"}, ValueError, "32 lowercase hex"),
         ({"tracking_uri": "./mlruns"}, ValueError, "file store.*MLFLOW_ALLOW_FILE_STORE=true"),
         ({"tracking_uri": 5}, TypeError, "tracking_uri must be a non-empty str, a path or None"),
+        ({"tracking_uri": "bogus://host/x"}, ValueError,
+         r"tracking_uri 'bogus://host/x' has a scheme MLflow has no store for; accepted: .*"
+         r"http:, https:, .*sqlite:.* or a local path"),
+        ({"tracking_uri": "htp://u:secret@host"}, ValueError, r"'htp://\*\*\*@host' has a scheme"),
         ({"logging_rank": -1}, ValueError, "logging_rank must be a rank >= 0 or 'last'"),
+        ({"flush_interval": math.nan}, ValueError, "flush_interval must be >= 0 seconds, got nan: a finite number"),
+        ({"flush_interval": math.inf}, ValueError, "got inf: a finite"),
+        ({"close_timeout": math.inf}, ValueError, "close_timeout must be a finite .*got inf"),
+        ({"rank_zero_only": "false"}, TypeError, "rank_zero_only must be True or False, got 'false'"),
     ],
     ids=[
         "empty-experiment",
@@ -479,9 +491,17 @@ def test_the_last_rank_logs_by_default_and_per_rank_runs_are_grouped(
         "str-synchronous",
         "bad-run-id",
         "run-id-every-rank",
+        "run-name-for-id",
+        "upper-case-id",
         "file-store",
         "int-uri",
+        "bogus-scheme",
+        "masked-scheme",
         "negative-rank",
+        "nan-flush",
+        "inf-flush",
+        "inf-timeout",
+        "str-rank-zero-only",
     ],
 )
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
@@ -489,6 +509,15 @@ def test_bad_arguments_fail_at_construction(kwargs, error, match):
 
     with pytest.raises(error, match=match):
         MLFlowLogger(**kwargs)
+
+
+def test_a_bogus_scheme_in_the_environment_is_named_too(monkeypatch):
+    from obsbus.loggers.mlflow_logger import MLFlowLogger
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nope://somewhere")
+    with pytest.raises(ValueError, match=r"tracking_uri 'nope://somewhere' \(from "
+                                         r"\$MLFLOW_TRACKING_URI\) has a scheme"):
+        MLFlowLogger()
 
 
 def test_without_mlflow_the_error_names_the_extra(monkeypatch):

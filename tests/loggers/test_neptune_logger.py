@@ -270,9 +270,12 @@ def test_async_mode_without_a_token_or_workspace_is_warned_about(monkeypatch, ca
         ({"tags": "one"}, TypeError, "tags must be a list of non-empty str, got 'one'"),
         ({"project": ""}, TypeError, "project must be a non-empty str or None"),
         ({"log_interval": "5sp"}, ValueError, "NeptuneLogger log_interval '5sp'"),
+        ({"upload_artifacts": "false"}, TypeError, "NeptuneLogger upload_artifacts must be True or False, got 'false'"),
+        ({"log_git": 2}, TypeError, "NeptuneLogger log_git must be True or False, got 2"),
+        ({"close_timeout": 0}, ValueError, "close_timeout must be a finite number of seconds > 0, got 0"),
     ],
     ids=["read-only", "unknown-mode", "api-token", "namespace-slash", "namespace-type",
-         "str-tags", "empty-project", "interval"],
+         "str-tags", "empty-project", "interval", "str-artifacts", "int-git", "zero-timeout"],
 )  # fmt: skip
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):

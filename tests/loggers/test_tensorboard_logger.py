@@ -330,6 +330,24 @@ def test_bad_arguments_fail_at_construction(kwargs, error, match):
         TensorboardLogger(**kwargs)
 
 
+@pytest.mark.parametrize("value", [math.nan, math.inf], ids=repr)
+def test_a_close_timeout_that_never_ends_is_refused(value):
+    with pytest.raises(ValueError, match=rf"TensorboardLogger close_timeout must be a finite "
+                                         rf"number of seconds > 0, got {value!r}"):
+        TensorboardLogger(close_timeout=value)
+
+
+def test_a_file_for_log_dir_fails_at_construction(tmp_path):
+    """It was found at fit, when the first event file was opened."""
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    with pytest.raises(NotADirectoryError, match=rf"TensorboardLogger log_dir must be a folder, "
+                                                 rf"and {str(taken)!r} is an existing file"):
+        TensorboardLogger(log_dir=taken)
+    with pytest.raises(ValueError, match="is an existing file"):
+        TensorboardLogger(log_dir=str(taken))
+
+
 def test_missing_tensorboard_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorboard", None)
     with pytest.raises(MissingExtraError, match=r"pip install 'obsbus\[tensorboard\]'"):

@@ -343,13 +343,28 @@ def test_online_mode_without_an_api_key_is_warned_about(monkeypatch, caplog, mod
         ({"init_kwargs": {"dir": "d"}}, ValueError, "arguments save_dir instead"),
         ({"init_kwargs": ["x"]}, TypeError, "init_kwargs must be a dict"),
         ({"log_interval": "5sp"}, ValueError, "WandBLogger log_interval '5sp'"),
+        ({"log_artifacts": "false"}, TypeError, "WandBLogger log_artifacts must be True or False, got 'false'"),
+        ({"init_kwargs": {3: "x"}}, TypeError, "init_kwargs must be a dict with str keys; the key 3 is not a str"),
+        ({"save_dir": 5}, TypeError, r"save_dir must be a folder path \(str or os.PathLike\) or None, got 5"),
+        ({"close_timeout": float("nan")}, ValueError, "close_timeout must be a finite number of seconds > 0, got nan"),
     ],
     ids=["mode", "project-slash", "empty-project", "str-tags", "long-tag", "init-project",
-         "init-dir", "init-list", "interval"],
+         "init-dir", "init-list", "interval", "str-artifacts", "int-init-key", "int-save-dir",
+         "nan-timeout"],
 )  # fmt: skip
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
         WandBLogger(**kwargs)
+
+
+def test_a_file_for_save_dir_fails_at_construction(tmp_path):
+    """It was found at fit, when wandb.init tried to make its folder there."""
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(NotADirectoryError, match=r"WandBLogger save_dir must be a folder, and "
+                       + repr(str(tmp_path / "taken"))):
+        WandBLogger(mode="offline", save_dir=tmp_path / "taken")
+    with pytest.raises(ValueError, match="'taken' is an existing file"):  # relative to the cwd
+        WandBLogger(mode="offline", save_dir="taken")
 
 
 def test_artifact_names_keep_only_what_wandb_allows():
