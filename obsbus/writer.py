@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from obsbus._check import check_str
 from obsbus._failures import FailureLog
 
 __all__ = ["BackgroundWriter", "WritePeriod"]
@@ -97,7 +98,11 @@ class BackgroundWriter:
             or max_queue_size < 1
         ):
             raise ValueError(f"max_queue_size must be a positive int, got {max_queue_size!r}.")
-        self.name = name
+        if failures is not None and not isinstance(failures, FailureLog):
+            raise TypeError(
+                f"BackgroundWriter failures must be a FailureLog or None, got {failures!r}."
+            )
+        self.name = check_str("BackgroundWriter", "name", name)  # it names every report
         self.max_queue_size = max_queue_size
         self._owns_failures = failures is None
         self.failures = failures or FailureLog()

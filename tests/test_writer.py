@@ -364,6 +364,19 @@ def test_invalid_max_queue_size_raises_naming_the_value(bad):
         BackgroundWriter("bad", max_queue_size=bad)
 
 
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"name": None}, TypeError, "BackgroundWriter name must be a non-empty str, got None"),
+    ({"name": 5}, TypeError, "BackgroundWriter name must be a non-empty str, got 5"),
+    ({"name": ""}, ValueError, "BackgroundWriter name must be a non-empty str, got ''"),
+    ({"name": "w", "failures": 5}, TypeError,
+     "BackgroundWriter failures must be a FailureLog or None, got 5"),
+], ids=["name-none", "name-int", "name-empty", "failures-int"])
+def test_a_writer_checks_its_name_and_failure_log(kwargs, error, match):
+    """A failures=5 was kept (5 is truthy) and broke the first report, on the writer thread."""
+    with pytest.raises(error, match=match):
+        BackgroundWriter(**kwargs)
+
+
 # ------------------------------------------------------- as a destination
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from obsbus._check import check_bool, check_folder, check_iterable_of
 from obsbus.callback import Callback
 from obsbus.event import Event
+from obsbus.naming import check_placeholders
 from obsbus.profiler import _torch_trace
 from obsbus.profiler.marker import Marker
 from obsbus.profiler.profiler_action import ProfilerAction
@@ -131,15 +133,21 @@ class Profiler:
                 f"Profiler schedule must be a callable state -> ProfilerAction (e.g. "
                 f"cyclic_schedule()), got {schedule!r}."
             )
-        for handler in trace_handlers:
-            if not isinstance(handler, TraceHandler):
-                raise TypeError(
-                    f"Profiler trace_handlers must be TraceHandler instances, got {handler!r}."
-                )
+        handlers = check_iterable_of(
+            "Profiler",
+            "trace_handlers",
+            trace_handlers,
+            TraceHandler,
+            accepted="a list of TraceHandler instances (e.g. [JSONTraceHandler()])",
+        )
+        # Checked here even when no TorchProfiler is built, which would check them later.
+        check_folder("Profiler", "torch_prof_folder", torch_prof_folder, allow_none=True)
+        check_bool("Profiler", "record_memory_history", record_memory_history)
+        check_placeholders(memory_snapshot_path, "Profiler memory_snapshot_path")
         self.schedule = schedule
-        self.trace_handlers: list[TraceHandler] = list(trace_handlers)
-        self.record_events = record_events
-        self.record_callbacks = record_callbacks
+        self.trace_handlers: list[TraceHandler] = handlers
+        self.record_events = check_bool("Profiler", "record_events", record_events)
+        self.record_callbacks = check_bool("Profiler", "record_callbacks", record_callbacks)
         self.action = ProfilerAction.SKIP
         self.state: State | None = None
         self._markers: dict[str, Marker] = {}

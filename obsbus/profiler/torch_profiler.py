@@ -9,6 +9,7 @@ from typing import Any
 
 from typing_extensions import override
 
+from obsbus._check import check_folder
 from obsbus.callback import Callback
 from obsbus.logger import Logger
 from obsbus.loggers._remote_folder import RemoteFiles, check_remote_name
@@ -118,6 +119,7 @@ class TorchProfiler(Callback):
         memory_snapshot_path: str = "memory_snapshots/snapshot-rank{rank}.pickle",
     ) -> None:
         self.folder = tt.check_template("folder", folder, optional=True)
+        check_folder("TorchProfiler", "folder", folder, allow_none=True)  # a file there: now
         self.use_gzip = tt.check_bool("use_gzip", use_gzip)
         gz = ".gz" if use_gzip else ""
         name = tt.check_template("filename", filename, optional=False)

@@ -144,12 +144,31 @@ def test_without_a_profiler_the_engine_takes_the_plain_path():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [({"schedule": 3}, TypeError, "schedule must be a callable"),
-     ({"schedule": lambda s: SKIP, "trace_handlers": [object()]}, TypeError, "TraceHandler instances")],
-    ids=["schedule", "handler"],
+     ({"schedule": lambda s: SKIP, "trace_handlers": [object()]}, TypeError, "TraceHandler instances"),
+     ({"schedule": lambda s: SKIP, "trace_handlers": 5}, TypeError,
+      r"Profiler trace_handlers must be a list of TraceHandler instances .*got 5\."),
+     ({"schedule": lambda s: SKIP, "record_events": "false"}, TypeError,
+      "Profiler record_events must be True or False, got 'false'"),
+     ({"schedule": lambda s: SKIP, "record_callbacks": 2}, TypeError,
+      "Profiler record_callbacks must be True or False, got 2"),
+     ({"schedule": lambda s: SKIP, "record_memory_history": None}, TypeError,
+      "Profiler record_memory_history must be True or False, got None"),
+     ({"schedule": lambda s: SKIP, "memory_snapshot_path": "{nope}.pickle"}, ValueError,
+      r"Profiler memory_snapshot_path '\{nope\}.pickle' uses unknown placeholder")],
+    ids=["schedule", "handler", "handlers-int", "events-str", "callbacks-int", "history-none",
+         "snapshot-placeholder"],
 )
 def test_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
         Profiler(**kwargs)
+
+
+def test_a_file_for_torch_prof_folder_fails_at_construction(tmp_path):
+    """It was found at the first trace the torch profiler wrote, mid-run."""
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(NotADirectoryError, match=r"Profiler torch_prof_folder must be a folder, "
+                       r"and " + repr(str(tmp_path / "taken"))):
+        Profiler(lambda s: SKIP, torch_prof_folder=str(tmp_path / "taken"))
 
 
 def test_bad_marker_arguments():

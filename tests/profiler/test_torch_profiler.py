@@ -319,3 +319,10 @@ BAD = [
 def test_bad_arguments_fail_at_construction(build, error, match):
     with pytest.raises(error, match=match):
         build()
+
+
+def test_a_file_for_the_folder_fails_at_construction(tmp_path):
+    (tmp_path / "taken").write_text("a file")
+    with pytest.raises(ValueError, match=r"TorchProfiler folder must be a folder, and "
+                       + repr(str(tmp_path / "taken"))):
+        TorchProfiler(folder=str(tmp_path / "taken"))
