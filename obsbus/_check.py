@@ -36,7 +36,6 @@ __all__ = [
     "check_int",
     "check_iterable_of",
     "check_mapping",
-    "check_number",
     "check_seconds",
     "check_str",
 ]
@@ -56,93 +55,52 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_real(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def check_bool(owner: str, name: str, value: object, *, allow_none: bool = False) -> Any:
-    """``value`` if it is a bool (or ``None`` where allowed): ``'false'`` and ``2`` are refused.
+def check_bool(owner: str, name: str, value: object) -> bool:
+    """``value`` if it is a bool: ``'false'``, ``2`` and ``None`` are refused.
 
     A string is truthy whatever it says, so ``overwrite='false'`` would mean True.
     """
-    if isinstance(value, bool) or (allow_none and value is None):
+    if isinstance(value, bool):
         return value
-    accepted = "True, False or None" if allow_none else "True or False"
     hint = ""
     if isinstance(value, str):
         hint = " To fix, pass the bool False or True, not a string (any non-empty one is true)."
     elif _is_int(value):
         hint = f" To fix, pass {bool(value)} rather than the int."
-    raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.{hint}")
+    raise TypeError(f"{owner} {name} must be True or False, got {value!r}.{hint}")
 
 
-def check_int(
-    owner: str, name: str, value: object, *, minimum: int = 0, allow_none: bool = False
-) -> Any:
-    """``value`` if it is an int (not a bool) ``>= minimum``, or ``None`` where allowed."""
-    if allow_none and value is None:
-        return None
-    accepted = f"a whole number >= {minimum}" + (" or None" if allow_none else "")
-    if not _is_int(value):
+def check_int(owner: str, name: str, value: object, *, minimum: int = 0) -> int:
+    """``value`` if it is an int (not a bool) ``>= minimum``."""
+    accepted = f"a whole number >= {minimum}"
+    if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
-    if value < minimum:  # type: ignore[operator]
+    if value < minimum:
         raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.")
     return value
 
 
-def check_number(
-    owner: str,
-    name: str,
-    value: object,
-    *,
-    positive: bool = False,
-    non_negative: bool = False,
-    allow_none: bool = False,
-) -> Any:
-    """``value`` as a finite float (not a bool), ``> 0`` or ``>= 0`` if asked; or ``None``."""
-    if allow_none and value is None:
-        return None
-    bound = " > 0" if positive else " >= 0" if non_negative else ""
-    accepted = f"a finite number{bound}" + (" or None" if allow_none else "")
-    if not _is_real(value):
-        raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
-    number = float(value)  # type: ignore[arg-type]
-    if not math.isfinite(number) or (positive and number <= 0) or (non_negative and number < 0):
-        raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.")
-    return number
-
-
-def check_seconds(
-    owner: str, name: str, value: object, *, allow_zero: bool = False, allow_none: bool = False
-) -> Any:
-    """``value`` as a finite float of seconds, ``> 0`` (``>= 0`` with ``allow_zero``); or ``None``.
+def check_seconds(owner: str, name: str, value: object, *, allow_zero: bool = False) -> float:
+    """``value`` as a finite float of seconds, ``> 0`` (``>= 0`` with ``allow_zero``).
 
     A timeout or backoff of nan compares false with everything, so a wait on
     it ends at once or never; inf never ends; 0 waits for nothing.
     """
-    if allow_none and value is None:
-        return None
-    bound = ">= 0" if allow_zero else "> 0"
-    accepted = f"a finite number of seconds {bound}" + (" or None" if allow_none else "")
-    if not _is_real(value):
+    accepted = f"a finite number of seconds {'>= 0' if allow_zero else '> 0'}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
-    seconds = float(value)  # type: ignore[arg-type]
+    seconds = float(value)
     if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
         raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.")
     return seconds
 
 
-def check_str(
-    owner: str, name: str, value: object, *, allow_none: bool = False, allow_empty: bool = False
-) -> Any:
-    """``value`` if it is a str (non-empty unless ``allow_empty``), or ``None`` where allowed."""
-    if allow_none and value is None:
-        return None
-    accepted = ("a str" if allow_empty else "a non-empty str") + (" or None" if allow_none else "")
+def check_str(owner: str, name: str, value: object) -> str:
+    """``value`` if it is a non-empty str."""
     if not isinstance(value, str):
-        raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
-    if not value and not allow_empty:
-        raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.")
+        raise TypeError(f"{owner} {name} must be a non-empty str, got {value!r}.")
+    if not value:
+        raise ValueError(f"{owner} {name} must be a non-empty str, got {value!r}.")
     return value
 
 
@@ -219,7 +177,7 @@ def check_mapping(
     return dict(value)
 
 
-def check_folder(owner: str, name: str, value: object, *, allow_none: bool = False) -> Any:
+def check_folder(owner: str, name: str, value: object, *, allow_none: bool = False) -> Path | None:
     """``value`` as a ``Path`` if it can be a folder; ``None`` where allowed.
 
     An absolute path (after ``~``) that is an existing file is refused now. A

@@ -40,12 +40,6 @@ def test_a_bool_flag_refuses_strings_ints_and_none(value, match):
         check_bool("X", "flag", value)
 
 
-def test_a_bool_flag_may_take_none_where_allowed():
-    assert check_bool("X", "live", None, allow_none=True) is None
-    with pytest.raises(TypeError, match=r"must be True, False or None, got 'yes'"):
-        check_bool("X", "live", "yes", allow_none=True)
-
-
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 0, 0.0, -1])
 def test_seconds_must_be_finite_and_positive(value):
     with pytest.raises(ValueError, match=rf"X timeout must be a finite number of seconds > 0, "
@@ -59,9 +53,8 @@ def test_seconds_must_be_a_number(value):
         check_seconds("X", "timeout", value)
 
 
-def test_seconds_zero_and_none_where_allowed():
+def test_seconds_zero_where_allowed():
     assert check_seconds("X", "period", 0, allow_zero=True) == 0.0
-    assert check_seconds("X", "period", None, allow_none=True) is None
     assert check_seconds("X", "timeout", 5) == 5.0 and isinstance(check_seconds("X", "t", 5), float)
     with pytest.raises(ValueError, match=r">= 0, got -0.5"):
         check_seconds("X", "period", -0.5, allow_zero=True)
@@ -77,12 +70,12 @@ def test_int_bounds_and_types():
         check_int("X", "n", 2.5)
 
 
-def test_str_empty_and_none():
-    assert check_str("X", "name", None, allow_none=True) is None
+def test_str_must_be_a_non_empty_str():
+    assert check_str("X", "name", "a") == "a"
     with pytest.raises(ValueError, match=r"X name must be a non-empty str, got ''\."):
         check_str("X", "name", "")
-    with pytest.raises(TypeError, match=r"X name must be a non-empty str or None, got 5\."):
-        check_str("X", "name", 5, allow_none=True)
+    with pytest.raises(TypeError, match=r"X name must be a non-empty str, got 5\."):
+        check_str("X", "name", 5)
 
 
 def test_callable():
