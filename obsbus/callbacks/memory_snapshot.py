@@ -97,7 +97,13 @@ class MemorySnapshot(Callback):
             raise TypeError(f"MemorySnapshot skip_batches must be an int, got {skip_batches!r}.")
         if skip_batches < 0:
             raise ValueError(f"MemorySnapshot skip_batches must be >= 0, got {skip_batches!r}.")
-        window = Time.from_input(interval, default_unit=TimeUnit.BATCH)
+        try:
+            window = Time.from_input(interval, default_unit=TimeUnit.BATCH)
+        except (TypeError, ValueError) as exc:  # the parser's message does not say which argument
+            raise type(exc)(
+                f"MemorySnapshot interval {interval!r} is not supported: {exc} Accepted: a "
+                "positive number of batches, e.g. '3ba' or 3."
+            ) from None
         if window.unit is not TimeUnit.BATCH or window.value < 1:
             raise ValueError(
                 f"MemorySnapshot interval {str(window)!r} is not supported: use a positive "

@@ -127,7 +127,10 @@ def test_without_cuda_it_warns_once_and_writes_nothing(device, monkeypatch):
     ({"max_entries": -5}, ValueError, r"MemorySnapshot max_entries must be >= 1, got -5"),
     ({"filename": "{step}"}, ValueError, r"filename '\{step\}' uses unknown placeholder \{step\}"),
     ({"upload": 1}, TypeError, r"MemorySnapshot upload must be True or False, got 1"),
-], ids=["epochs", "zero", "negative-skip", "bool-skip", "entries", "placeholder", "upload"])
+    ({"interval": "3xyz"}, ValueError, r"MemorySnapshot interval '3xyz' is not supported: Invalid"),
+    ({"interval": None}, TypeError, r"MemorySnapshot interval None is not supported: Expected"),
+], ids=["epochs", "zero", "negative-skip", "bool-skip", "entries", "placeholder", "upload",
+        "garbage-interval", "none-interval"])
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
         MemorySnapshot(**kwargs)
