@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from obsbus._check import check_iterable_of, short
+from obsbus.callback import Callback
+from obsbus.logger import LoggerDestination
 from obsbus.time import Time, TimeUnit
 
 __all__ = [
@@ -49,8 +51,6 @@ def check_objects_with(
 
 def check_callbacks(owner: str, value: object) -> list[Any]:
     """``callbacks``: a :class:`~obsbus.Callback`, a list of them, or ``None``."""
-    from obsbus.callback import Callback  # here: obsbus.callback's imports reach this module
-
     return check_iterable_of(
         owner,
         "callbacks",
@@ -64,8 +64,6 @@ def check_callbacks(owner: str, value: object) -> list[Any]:
 
 def check_loggers(owner: str, value: object) -> list[Any]:
     """``loggers``: a :class:`~obsbus.LoggerDestination`, a list of them, or ``None``."""
-    from obsbus.logger import LoggerDestination
-
     return check_iterable_of(
         owner,
         "loggers",
