@@ -37,16 +37,14 @@ class CallWatchdog:
         ValueError: watchdog threshold must be a number of seconds > 0, got 0.
     """
 
-    def __init__(self, threshold_s: float) -> None:
+    def __init__(self, threshold_s: float, what: str = "watchdog threshold") -> None:
         if (
             isinstance(threshold_s, bool)
             or not isinstance(threshold_s, (int, float))
             or not threshold_s > 0
             or math.isinf(threshold_s)
         ):
-            raise ValueError(
-                f"watchdog threshold must be a number of seconds > 0, got {threshold_s!r}."
-            )
+            raise ValueError(f"{what} must be a number of seconds > 0, got {threshold_s!r}.")
         self.threshold_s = float(threshold_s)
         self.reported: list[str] = []  # "Name.method", in the order they were reported
         self._current: tuple[str, str, float] | None = None

@@ -6,17 +6,16 @@ import logging
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from obsbus._failures import plugin_name
 from obsbus.callback import Callback
 from obsbus.event import Event
-from obsbus.logger import LoggerDestination
+from obsbus.logger import Logger, LoggerDestination, is_list_like
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from obsbus.logger import Logger
     from obsbus.profiler.profiler import Profiler
     from obsbus.state import State
 
@@ -81,6 +80,12 @@ class Engine:
     """
 
     def __init__(self, state: State, logger: Logger, callbacks: Iterable[Callback] = ()) -> None:
+        if not hasattr(state, "timestamp"):
+            raise TypeError(f"Engine state must be an obsbus State, got {state!r}.")
+        if not isinstance(cast(object, logger), Logger):
+            raise TypeError(f"Engine logger must be an obsbus Logger, got {logger!r}.")
+        if not is_list_like(callbacks):
+            raise TypeError(f"Engine callbacks must be a list of Callback, got {callbacks!r}.")
         self.state = state
         self.logger = logger
         self.callbacks: list[Callback] = []
@@ -96,7 +101,7 @@ class Engine:
     @staticmethod
     def _check(cb: object) -> None:
         if not isinstance(cb, Callback):
-            raise TypeError(f"Expected a Callback instance, got {cb!r}.")
+            raise TypeError(f"Expected a Callback instance in callbacks, got {cb!r}.")
         if isinstance(cb, LoggerDestination):
             raise TypeError(
                 f"{type(cb).__name__} is a LoggerDestination; pass it in loggers=[...] so "

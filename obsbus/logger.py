@@ -6,8 +6,9 @@ import contextlib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from obsbus._check import check_bool
 from obsbus._deadline import SharedDeadline
 from obsbus._failures import FailureLog, plugin_name
 from obsbus._watchdog import CallWatchdog
@@ -121,7 +122,15 @@ class Logger:
         failures: FailureLog | None = None,
         watchdog_s: float | None = None,
     ) -> None:
+        if not hasattr(state, "timestamp"):
+            raise TypeError(f"Logger state must be an obsbus State, got {state!r}.")
+        if not isinstance(cast(object, failures), (FailureLog, type(None))):
+            raise TypeError(f"Logger failures must be a FailureLog or None, got {failures!r}.")
         self._state = state
+        if not is_list_like(destinations):
+            raise TypeError(
+                f"Logger destinations must be a list of LoggerDestination, got {destinations!r}."
+            )
         self.destinations: tuple[LoggerDestination, ...] = tuple(destinations)
         for dest in self.destinations:
             if not isinstance(dest, LoggerDestination):
@@ -129,7 +138,7 @@ class Logger:
                     f"Expected LoggerDestination instances in loggers, got {dest!r}. "
                     "To fix, pass monitors as callbacks=[...] and destinations as loggers=[...]."
                 )
-        self.failures = failures or FailureLog(strict=strict)
+        self.failures = failures or FailureLog(strict=check_bool("Logger", "strict", strict))
         #: What is left of the time destinations may wait while the run ends (see
         #: :class:`~obsbus._deadline.SharedDeadline`); the engine starts and ends it.
         self.deadline = SharedDeadline()
@@ -138,7 +147,9 @@ class Logger:
             watchdog_s = _watchdog_from_env()
         #: Reports a destination call that holds the training thread longer than
         #: ``watchdog_s`` (``$OBSBUS_WATCHDOG_S``); off (``None``) by default.
-        self.watchdog = None if watchdog_s is None else CallWatchdog(watchdog_s)
+        self.watchdog = (
+            None if watchdog_s is None else CallWatchdog(watchdog_s, "Logger watchdog_s")
+        )
         if self.watchdog is not None:
             self.log_metrics = self._log_metrics_watched  # type: ignore[method-assign]
 
@@ -281,3 +292,8 @@ def _watchdog_from_env() -> float | None:
             f"OBSBUS_WATCHDOG_S must be a number of seconds, got {text!r}. To fix, set it to "
             "e.g. 60, or unset it to turn the watchdog off."
         ) from None
+
+
+def is_list_like(value: object) -> bool:
+    """Whether ``value`` can be a list of plug-ins (iterable, and not a string)."""
+    return isinstance(value, Iterable) and not isinstance(value, (str, bytes))
