@@ -70,7 +70,11 @@ Why ``enqueue=False`` is the default: see the comment at
 
 Secrets: obsbus never logs environment values, and tracebacks are written
 without the values of local variables (loguru's ``diagnose=False``), so a
-token held in a variable never reaches a log file.
+token held in a variable never reaches a log file. The message and traceback
+of every record of level WARNING or above, and of every record with an
+exception, are masked by :func:`obsbus.masking.mask_secrets` in obsbus's sinks
+(URI credentials, tokens, secret-named environment values); lower levels are
+written as they are (they run per step). Sinks you add yourself are untouched.
 """
 
 from __future__ import annotations
@@ -82,11 +86,13 @@ import os
 import socket
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from obsbus import dist
+from obsbus.masking import mask_secrets
 from obsbus.run_folder import RunFolder, os_user
 
 if TYPE_CHECKING:
@@ -120,6 +126,7 @@ _STDERR_FORMAT = (
     "<cyan>{name}</cyan>:<cyan>{line}</cyan> - <level>{message}</level>\n{exception}"
 )
 _STDERR_TIME = "<green>{time:YYYY-MM-DD HH:mm:ss.SSS}</green> | "
+_MASK_FROM = logging.WARNING  # see _with_context
 
 
 class _Installed:
@@ -193,11 +200,32 @@ def _stdlib_origin(origin: logging.LogRecord, record: Record) -> None:
 
 
 def _with_context(template: str, context: dict[str, Any]) -> Callable[[Record], str]:
+    """The sink's format: this process's context, and warnings and errors masked.
+
+    Records of level WARNING and above and records with an exception are what
+    quote values (a URI a tracker could not reach, a bad argument): their
+    message and traceback go through :func:`obsbus.masking.mask_secrets`. Lower
+    levels are written as they are, so a metric line every step costs nothing more.
+    """
+    masked_message = template.replace("{message}", "{extra[obsbus_masked_message]}")
+    masked_both = masked_message.replace("{exception}", "{extra[obsbus_masked_exception]}")
+
     def format_record(record: Record) -> str:
         extra = record["extra"]
         for key, value in context.items():
             extra.setdefault(key, value)
-        return template
+        exception = record["exception"]
+        if record["level"].no < _MASK_FROM and exception is None:
+            return template
+        message = mask_secrets(record["message"])
+        extra["obsbus_masked_message"] = message
+        if exception is not None:
+            text = "".join(traceback.format_exception(*exception))
+            masked = mask_secrets(text)
+            if masked != text:
+                extra["obsbus_masked_exception"] = masked
+                return masked_both
+        return template if message == record["message"] else masked_message
 
     return format_record
 

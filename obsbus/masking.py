@@ -1,36 +1,51 @@
 """One masking function for every value that leaves the process.
 
-Hyperparameters (for every destination), the environment snapshot the
-trackers record, the command line a tracker records and error messages that
-quote a URI all go through :func:`mask_secrets` (strings) or
-:func:`mask_value` (nested values). What is masked, each replaced by
-``***``:
+Hyperparameters (for every destination), the environment the trackers
+record, the command line a tracker records, git remotes, error messages
+that quote a URI and the warnings and errors of :func:`obsbus.log.setup_logging`'s
+sinks all go through :func:`mask_secrets` (text) or :func:`mask_value`
+(nested values). Each secret becomes ``***``:
 
-- **URI credentials**: the whole user-info of ``scheme://user:password@host``
-  and of ``scheme://token@host`` (a user-info with no password is often a token
-  itself, as in a git remote).
-- **Secret query values**: ``?sig=``, ``&X-Amz-Signature=``, ``token=``,
-  ``key=``, ``secret=``, ``password=``, ``credential=``, ``sas=``.
-- **Token-shaped values**, wherever they appear: the known prefixes of API keys
-  (OpenAI/Anthropic ``sk-``, GitHub ``ghp_ gho_ ghu_ ghs_ ghr_ github_pat_``,
-  Hugging Face ``hf_``, AWS ``AKIA``/``ASIA``, Slack ``xox?-``, GitLab ``glpat-``,
-  Google ``AIza``, Stripe ``rk_live_``/``sk_live_``, JWTs ``eyJ...``) and any run
-  of 32 or more letters, digits, ``_ - + =`` that mixes upper case, lower case
-  and digits (random keys). Lower-case hex (git commits, hashes) and UUIDs
-  survive, as do paths and run names.
+- **URI credentials**: the user-info of ``scheme://user:password@host``, whole
+  (a user name next to a password is often a key id). A user alone stays
+  (``sftp://ada@host``) unless it looks like a token (``https://<token>@github.com``).
+- **Secret query values**: ``?sig=``, ``&X-Amz-Signature=``, ``X-Amz-Credential=``,
+  and any query name holding ``token``, ``key``, ``secret``, ``passw``, ``pwd``,
+  ``credential`` or ``sas``.
+- **Known token shapes**, wherever they appear: OpenAI/Anthropic ``sk-``, Stripe
+  ``sk_live_``, GitHub ``ghp_ gho_ ghu_ ghs_ ghr_ github_pat_``, Hugging Face
+  ``hf_``, AWS key ids ``AKIA``/``ASIA``/..., Slack ``xox?-``, GitLab ``glpat-``,
+  Google ``AIza``/``ya29.``, npm, PyPI, JWTs and base64 JSON (``eyJ...``), the
+  token after ``Bearer``, and PEM private keys.
+- **Random-looking strings**: a run of 28 or more letters and digits (with
+  ``_ - +``; ``/`` and ``.`` end a run) that mixes upper case, lower case and
+  digits and changes between them at 45% or more of its neighbours, as
+  generated keys do (:func:`obsbus._secret_shapes.looks_random`). Hex (git
+  commits, digests, MLflow and Comet ids), UUIDs, paths, dotted names and run
+  names such as ``gpt2-125M-lr3e-4-bs512`` survive. Shorter random keys, and
+  keys of one case, are not recognised by their shape: the rules below or
+  :func:`add_secret_pattern` catch them.
 - **Values of secret-named environment variables** (names containing TOKEN,
-  SECRET, KEY, PASSWORD, CREDENTIAL, PASSPHRASE), wherever they appear.
-- **Values named as secrets**: a hyperparameter whose key ends in ``key``,
-  ``token``, ``secret``, ``password``, ``credential(s)`` or ``passphrase``
-  (``api_key``, ``db.password``; not ``tokenizer``) and the value of such a
-  command-line flag, ``--api-key=...`` or ``--api-key ...`` (:func:`mask_argv`).
-- Patterns you add with :func:`add_secret_pattern`.
+  SECRET, KEY, PASSWORD, PASSWD, CREDENTIAL or PASSPHRASE) of 6 characters or
+  more, wherever they appear. The environment snapshot drops those variables.
+- **Values named as secrets**: the string value of a hyperparameter, and the
+  value in ``name=value``, ``--name value`` and ``'name': 'value'`` text, whose
+  name ends in ``password``, ``passwd``, ``passphrase``, ``secret``,
+  ``credential(s)``, or in ``key``/``token`` after a word such as ``api``,
+  ``access``, ``auth``, ``hf``, ``wandb`` (``api_key``, ``db.password``,
+  ``--hf-token``, ``apiKey``), or is ``token`` alone. ``pad_token``,
+  ``sort_key``, ``max_tokens`` and ``tokenizer`` are not secret names.
+- Every pattern you add with :func:`add_secret_pattern`.
+
+Masking runs where values leave the process, never in the training step.
 
 Example:
     >>> mask_secrets("postgresql://admin:PASSWORD@db.internal/runs")
     'postgresql://***@db.internal/runs'
-    >>> mask_value({"db": {"url": "sqlite:///x.db"}, "key": "sk-abcdefghijklmnop1234"})
-    {'db': {'url': 'sqlite:///x.db'}, 'key': '***'}
+    >>> mask_secrets("export OPENAI_BASE=sk-proj-AbCd1234EfGh5678 --password hunter2")
+    'export OPENAI_BASE=*** --password ***'
+    >>> mask_value({"db": {"url": "sqlite:///x.db", "password": "pw"}, "pad_token": "<pad>"})
+    {'db': {'url': 'sqlite:///x.db', 'password': '***'}, 'pad_token': '<pad>'}
     >>> mask_argv(["train.py", "--api-key=abc123", "--lr", "0.1", "--token", "t0k3n"])
     ['train.py', '--api-key=***', '--lr', '0.1', '--token', '***']
 """
@@ -39,77 +54,92 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
+
+from obsbus import _secret_shapes as shapes
+from obsbus._mask_errors import mask_error, masks_errors
 
 __all__ = [
     "MASK",
-    "SECRET_KEY",
     "SECRET_NAME",
     "add_secret_pattern",
     "env_secret_values",
+    "is_secret_name",
     "mask_argv",
+    "mask_error",
     "mask_secrets",
     "mask_value",
+    "masked_sys_argv",
+    "masks_errors",
+    "remove_secret_pattern",
+    "secret_patterns",
 ]
 
-MASK = "***"
-
+MASK = shapes.MASK
 #: Environment variable names whose values are secrets (never recorded, masked everywhere).
-SECRET_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|PASSPHRASE", re.I)
-#: Hyperparameter keys and command-line flags whose values are secrets: the last word of
-#: the name (``api_key``, ``db.password``, ``--hf-token``; not ``tokenizer`` or ``max_tokens``).
-SECRET_KEY = re.compile(
-    r"(?:^|[^A-Za-z0-9])(?:api[_-]?)?(?:key|token|secret|password|passwd|credentials?|passphrase)$",
-    re.I,
-)
-
-_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-_QUERY_SECRET = re.compile(
-    r"(?P<head>[?&][^=&\s]*(?:sig|signature|token|key|secret|password|credential|sas)"
-    r"[^=&\s]*=)[^&\s#]+",
-    re.I,
-)
-_TOKEN_PREFIXES = (
-    r"sk-[A-Za-z0-9_-]{8,}",
-    r"(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{16,}",
-    r"github_pat_[A-Za-z0-9_]{16,}",
-    r"hf_[A-Za-z0-9]{16,}",
-    r"(?:AKIA|ASIA)[A-Z0-9]{16}",
-    r"xox[abposr]-[A-Za-z0-9-]{8,}",
-    r"glpat-[A-Za-z0-9_-]{16,}",
-    r"AIza[A-Za-z0-9_-]{30,}",
-    r"(?:sk|rk)_live_[A-Za-z0-9]{16,}",
-    r"eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+",
-)
-_KNOWN_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(_TOKEN_PREFIXES) + ")")
-_LONG_RUN = re.compile(r"[A-Za-z0-9_\-+=]{32,}")
+SECRET_NAME = shapes.SECRET_ENV_NAME
+is_secret_name = shapes.is_secret_name
 _MIN_ENV_SECRET = 6  # shorter values are too common to replace wherever they appear
 
-_user_patterns: list[re.Pattern[str]] = []
+# Replaced whole, never changed in place: the writer threads read it while a user adds one.
+_user_patterns: tuple[re.Pattern[str], ...] = ()
 
 
-def add_secret_pattern(pattern: str | re.Pattern[str]) -> None:
+def add_secret_pattern(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
     """Mask every match of ``pattern`` too, from now on, everywhere obsbus masks.
 
+    With a group named ``secret``, only that group is masked. Returns the
+    compiled pattern, for :func:`remove_secret_pattern`.
+
+    Raises:
+        TypeError: ``pattern`` is neither a str nor a compiled ``re.Pattern`` of str.
+        ValueError: not a valid regular expression, or it matches the empty string.
+
     Example:
-        >>> add_secret_pattern(r"corp-[0-9]{6}")
-        >>> mask_secrets("id corp-123456")
-        'id ***'
-        >>> _user_patterns.clear()
+        >>> corp = add_secret_pattern(r"corp-[0-9]{6}")
+        >>> ticket = add_secret_pattern(r"ticket=(?P<secret>\\w+)")
+        >>> mask_secrets("badge corp-123456, ticket=T42")
+        'badge ***, ticket=***'
+        >>> remove_secret_pattern(corp); remove_secret_pattern(ticket)
     """
-    compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
-    if not isinstance(compiled, re.Pattern):
-        raise TypeError(f"add_secret_pattern takes a regex str or re.Pattern, got {pattern!r}.")
-    _user_patterns.append(compiled)
+    global _user_patterns
+    if isinstance(pattern, re.Pattern) and isinstance(pattern.pattern, str):
+        compiled = pattern
+    elif isinstance(pattern, str):
+        try:
+            compiled = re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(
+                f"add_secret_pattern: {pattern!r} is not a valid regular expression ({exc}). "
+                "To fix, pass a Python re pattern, e.g. r'corp-[0-9]{6}'."
+            ) from None
+    else:
+        raise TypeError(
+            "add_secret_pattern takes a regex str or a compiled re.Pattern of str, "
+            f"got {pattern!r}."
+        )
+    if compiled.search("") is not None:
+        raise ValueError(
+            f"add_secret_pattern: {compiled.pattern!r} matches the empty string, so it would "
+            "mask between every character. To fix, make it match at least one character."
+        )
+    _user_patterns = (*_user_patterns, compiled)
+    return compiled
 
 
-def _random_looking(run: str) -> bool:
-    return (
-        any(c.isupper() for c in run)
-        and any(c.islower() for c in run)
-        and any(c.isdigit() for c in run)
-    )
+def remove_secret_pattern(pattern: str | re.Pattern[str]) -> None:
+    """Stop masking ``pattern`` (the str or the pattern :func:`add_secret_pattern` returned)."""
+    global _user_patterns
+    text = pattern.pattern if isinstance(pattern, re.Pattern) else pattern
+    _user_patterns = tuple(p for p in _user_patterns if p is not pattern and p.pattern != text)
+
+
+def secret_patterns() -> tuple[re.Pattern[str], ...]:
+    """The patterns added with :func:`add_secret_pattern`, oldest first."""
+    return _user_patterns
 
 
 def env_secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -119,40 +149,109 @@ def env_secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with every secret described in the module docstring, and each of
-    ``secrets``, replaced by ``***``."""
-    for secret in sorted({s for s in (*secrets, *env_secret_values()) if s}, key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    text = _USERINFO.sub(lambda m: m["scheme"] + MASK + "@", text)
-    text = _QUERY_SECRET.sub(lambda m: m["head"] + MASK, text)
-    text = _KNOWN_TOKEN.sub(MASK, text)
-    text = _LONG_RUN.sub(lambda m: MASK if _random_looking(m[0]) else m[0], text)
+def _exact(secrets: Iterable[str]) -> list[str]:
+    given = {s for s in secrets if isinstance(s, str) and s}
+    return sorted(given.union(env_secret_values()), key=len, reverse=True)
+
+
+def _user_sub(pattern: re.Pattern[str], text: str) -> str:
+    if "secret" not in pattern.groupindex:
+        return pattern.sub(MASK, text)
+
+    def sub(m: re.Match[str]) -> str:
+        if m["secret"] is None:
+            return m[0]
+        start, end = m.start("secret") - m.start(), m.end("secret") - m.start()
+        return m[0][:start] + MASK + m[0][end:]
+
+    return pattern.sub(sub, text)
+
+
+def _named_value(m: re.Match[str]) -> str:
+    if m["value"] == MASK or not is_secret_name(m["name"]):
+        return m[0]
+    start, end = m.start("value") - m.start(), m.end("value") - m.start()
+    return m[0][:start] + MASK + m[0][end:]
+
+
+def _mask(text: str, exact: list[str]) -> str:
+    for secret in exact:
+        if secret in text:
+            text = text.replace(secret, MASK)
     for pattern in _user_patterns:
-        text = pattern.sub(MASK, text)
-    return text
+        text = _user_sub(pattern, text)
+    if "-----BEGIN" in text:
+        text = shapes.PRIVATE_KEY.sub(MASK, text)
+    if "://" in text:
+        text = shapes.URI_USERINFO.sub(shapes.masked_userinfo, text)
+    if "=" in text:
+        text = shapes.QUERY_SECRET.sub(lambda m: m["head"] + MASK, text)
+        text = shapes.TEXT_PAIR.sub(_named_value, text)
+    if "-" in text:
+        text = shapes.FLAG_PAIR.sub(_named_value, text)
+    if ":" in text:
+        text = shapes.QUOTED_PAIR.sub(_named_value, text)
+    text = shapes.KNOWN_TOKEN.sub(MASK, text)
+    return shapes.RANDOM_RUN.sub(lambda m: MASK if shapes.looks_random(m[0]) else m[0], text)
 
 
-def mask_value(value: Any, secrets: Iterable[str] = ()) -> Any:
-    """``value`` with every string in it masked (mappings, lists and tuples are walked);
-    the value of a key whose name looks secret (``api_key``, ``password``) is masked whole."""
-    secrets = list(secrets)
+def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with every secret the module docstring lists, and each of ``secrets``, masked.
+
+    Raises:
+        TypeError: ``text`` is not a str (use :func:`mask_value` for other values).
+    """
+    if not isinstance(text, str):
+        raise TypeError(
+            f"mask_secrets takes a str, got a {type(text).__name__}. "
+            "To fix, use mask_value for other values."
+        )
+    return _mask(text, _exact(secrets))
+
+
+def _walk(value: Any, exact: list[str]) -> Any:
     if isinstance(value, str):
-        return mask_secrets(value, secrets)
+        return _mask(value, exact)
+    if isinstance(value, (bool, int, float, complex)) or value is None:
+        return value
     if isinstance(value, Mapping):
-        return {
-            k: MASK
-            if isinstance(k, str) and SECRET_KEY.search(k) and isinstance(v, str) and v
-            else mask_value(v, secrets)
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return type(value)(mask_value(v, secrets) for v in value)
+        out: dict[Any, Any] = {}
+        for key, inner in value.items():
+            secret = isinstance(key, str) and is_secret_name(key)
+            name = _mask(key, exact) if isinstance(key, str) else key
+            out[name] = MASK if secret and isinstance(inner, str) and inner else _walk(inner, exact)
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_walk(v, exact) for v in value]
+        if hasattr(value, "_fields"):  # a namedtuple
+            return type(value)(*items)
+        return type(value)(items)
+    if isinstance(value, os.PathLike):
+        text = os.fspath(value)
+        if isinstance(text, str) and _mask(text, exact) != text:
+            return _mask(text, exact)
     return value
 
 
+def mask_value(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """``value`` with every string in it masked, and each of ``secrets``.
+
+    Mappings (to ``dict``), lists, tuples and sets are walked; the string value
+    of a key named as a secret is masked whole; a path with a secret in it
+    becomes its masked ``str``. Numbers, tensors and other objects are passed
+    as they are (a tensor is never read on the host here).
+
+    Example:
+        >>> mask_value({"clients": [{"openai": "sk-AbCdEfGh0123456789xyz"}], "lr": 0.1})
+        {'clients': [{'openai': '***'}], 'lr': 0.1}
+    """
+    return _walk(value, _exact(secrets))
+
+
 def mask_argv(argv: Iterable[str]) -> list[str]:
-    """A command line with secrets masked, and the value of every secret-named flag."""
+    """A command line with secrets masked, and the value of every secret-named flag
+    (``--api-key=...``, ``--api-key ...``)."""
+    exact = _exact(())
     out: list[str] = []
     hide_next = False
     for arg in argv:
@@ -160,12 +259,30 @@ def mask_argv(argv: Iterable[str]) -> list[str]:
             out.append(MASK)
             hide_next = False
             continue
-        hide_next = False
         flag, eq, _ = arg.partition("=")
-        if flag.startswith("-") and SECRET_KEY.search(flag):
-            if eq:
-                out.append(f"{flag}={MASK}")
-                continue
-            hide_next = True
-        out.append(mask_secrets(arg))
+        hide_next = flag.startswith("-") and not eq and is_secret_name(flag)
+        out.append(f"{flag}={MASK}" if eq and flag.startswith("-") and is_secret_name(flag)
+                   else _mask(arg, exact))  # fmt: skip
     return out
+
+
+@contextmanager
+def masked_sys_argv() -> Iterator[None]:
+    """``sys.argv`` masked (:func:`mask_argv`) for the duration, for a tracker that records it.
+
+    W&B reads ``sys.argv`` into its run metadata in ``wandb.init``, and Comet into
+    its environment details when the experiment starts; neither takes the command
+    line as an argument. ``sys.argv`` is swapped only when masking changes it, and
+    put back only if nobody replaced it meanwhile.
+    """
+    original = sys.argv
+    masked = mask_argv(original)
+    if masked == original:
+        yield
+        return
+    sys.argv = masked
+    try:
+        yield
+    finally:
+        if sys.argv is masked:
+            sys.argv = original

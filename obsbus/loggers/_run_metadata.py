@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from obsbus.masking import SECRET_NAME, env_secret_values, mask_secrets
+from obsbus.masking import SECRET_NAME, env_secret_values, mask_secrets, mask_value
 
 __all__ = [
     "SECRET_NAME",
@@ -72,11 +72,11 @@ def flatten_hyperparameters(params: Mapping[str, Any], sep: str = "/") -> dict[s
 def environment_snapshot(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``{"env__NAME": value}`` for the environment, without anything secret.
 
-    Names matching TOKEN|SECRET|KEY|PASSWORD|CREDENTIAL are dropped, the
-    values of those variables are redacted wherever else they appear, and
-    every value is masked by :func:`obsbus.masking.mask_secrets` (URI
-    credentials, token-shaped values such as ``OPENAI_BASE=sk-...``); long
-    values are cut to 500 characters.
+    Names matching TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|PASSPHRASE are
+    dropped, and every value is masked by :func:`obsbus.masking.mask_value`:
+    the values of those variables wherever else they appear, URI credentials,
+    token-shaped values under innocent names (``OPENAI_BASE=sk-...``) and
+    ``--password ...`` in a value. Long values are cut to 500 characters.
 
     Example:
         >>> environment_snapshot({"WORLD_SIZE": "8", "WANDB_API_KEY": "abcdef123",
@@ -84,12 +84,10 @@ def environment_snapshot(environ: Mapping[str, str] | None = None) -> dict[str, 
         {'env__BASE': '***', 'env__URL': 's3://***@host/b', 'env__WORLD_SIZE': '8'}
     """
     env = dict(os.environ if environ is None else environ)
-    secrets = secret_values(env)
+    kept = {name: env[name] for name in sorted(env) if not SECRET_NAME.search(name)}
+    masked: dict[str, str] = mask_value(kept, secret_values(env))  # the secrets found once
     snapshot = {}
-    for name in sorted(env):
-        if SECRET_NAME.search(name):
-            continue
-        value = redact(env[name], secrets)
+    for name, value in masked.items():
         if len(value) > _MAX_VALUE_LEN:
             value = value[: _MAX_VALUE_LEN - 3] + "..."
         snapshot[f"env__{name}"] = value

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from obsbus._check import check_bool, check_folder, check_iterable_of
 from obsbus.callback import Callback
 from obsbus.event import Event
+from obsbus.masking import masks_errors
 from obsbus.naming import check_placeholders
 from obsbus.profiler import _torch_trace
 from obsbus.profiler.marker import Marker
@@ -102,6 +103,7 @@ class Profiler:
          'event/load', 'event/train_batch']
     """
 
+    @masks_errors  # its messages quote the remote names, which may be URIs
     def __init__(
         self,
         schedule: Callable[[State], ProfilerAction],

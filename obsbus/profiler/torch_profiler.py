@@ -14,6 +14,7 @@ from obsbus.callback import Callback
 from obsbus.logger import Logger
 from obsbus.loggers._remote_folder import RemoteFiles, check_remote_name
 from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
+from obsbus.masking import masks_errors
 from obsbus.profiler import _torch_trace as tt
 from obsbus.profiler.profiler_action import ProfilerAction
 from obsbus.state import State
@@ -99,6 +100,7 @@ class TorchProfiler(Callback):
         ['rank0.2.pt.trace.json']
     """
 
+    @masks_errors  # its messages quote the remote names, which may be URIs
     def __init__(
         self,
         folder: str | None = "torch_traces",
