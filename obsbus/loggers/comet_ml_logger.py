@@ -19,6 +19,7 @@ from obsbus.logger import Logger
 from obsbus.loggers._tensorboard_summaries import image_arrays
 from obsbus.loggers._tracker import RunInfo, TrackerDestination
 from obsbus.loggers._tracker_media import hold_images, hold_table, table_rows
+from obsbus.masking import masked_sys_argv
 from obsbus.naming import check_placeholders
 from obsbus.state import State
 from obsbus.time import TimeLike
@@ -60,7 +61,9 @@ class CometMLLogger(TrackerDestination):
       (``experiment.log_metrics(..., step=step)``); non-numeric values are
       skipped, once reported per key;
     - parameters: ``log_hyperparameters`` (nested names joined with ``/``)
-      and the environment as ``env__NAME`` (secrets dropped);
+      and the environment as ``env__NAME`` (secrets dropped), masked
+      (:mod:`obsbus.masking`); the command line comet records when you turn
+      ``log_env_host`` or ``parse_args`` on is masked too (``--api-key=***``);
     - others: ``git.commit``, ``git.branch``, ``git.dirty``; traces as
       ``traces/{key}``; ``obsbus.status`` (``finished`` or ``failed``) at close;
     - assets: every file given to ``logger.upload_file``, under its remote
@@ -283,13 +286,17 @@ class CometMLLogger(TrackerDestination):
             "project_name": self.project_name or info.project,
             "workspace": self.workspace,
         } | self.exp_kwargs
-        if self.online:
-            experiment = comet_ml.Experiment(**kwargs)
-        else:
+        if not self.online:
             assert self._offline_dir is not None
             self._offline_dir.mkdir(parents=True, exist_ok=True)
             kwargs.setdefault("offline_directory", str(self._offline_dir))
-            experiment = comet_ml.OfflineExperiment(**kwargs)
+        # With log_env_host or parse_args on, comet records sys.argv as the experiment
+        # starts: masked while it does.
+        with masked_sys_argv():
+            if self.online:
+                experiment = comet_ml.Experiment(**kwargs)
+            else:
+                experiment = comet_ml.OfflineExperiment(**kwargs)
         self.experiment = experiment
         name = self.experiment_name or info.run_name
         if not self.rank_zero_only:

@@ -65,8 +65,10 @@ class NeptuneLogger(TrackerDestination):
       can't store them), as are values that are neither numbers nor strings;
       each key is warned about once.
     - hyperparameters (flattened with ``/``) and the environment
-      (``env__NAME``, secrets dropped): ``parameters/<key>``; values Neptune
-      can't store (None, lists) as their ``str``.
+      (``env__NAME``, secrets dropped), masked (:mod:`obsbus.masking`):
+      ``parameters/<key>``; values Neptune can't store (None, lists) as their
+      ``str``. Neptune records the entry point's path (``source_code/entrypoint``),
+      not its arguments.
     - git: ``git/commit``, ``git/branch``, ``git/dirty``; user ``tags`` go to
       ``sys/tags``.
     - ``upload_file``: ``files/<remote name>`` (a copy is staged at once, so

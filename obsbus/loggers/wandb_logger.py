@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import logging
 import os
 import re
-import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,7 +17,7 @@ from obsbus._check import check_bool, check_folder, check_folder_at_init, check_
 from obsbus.errors import MissingExtraError
 from obsbus.loggers._tracker import RunInfo, TrackerDestination
 from obsbus.loggers._tracker_media import hold_images, hold_table, image_arrays, table_rows
-from obsbus.masking import mask_argv, mask_value
+from obsbus.masking import mask_value, masked_sys_argv
 from obsbus.time import TimeLike
 from obsbus.values import HostValues
 
@@ -80,6 +78,9 @@ class WandBLogger(TrackerDestination):
     - hyperparameters (flattened with ``/``), the environment (``env__NAME``,
       secrets dropped) and git (``git.commit``, ``git.branch``, ``git.dirty``):
       the run config (W&B tags are plain labels, so git goes to the config).
+      Secrets are masked (:mod:`obsbus.masking`), in a ``config``/``notes`` given
+      through ``init_kwargs`` too, and in the command line W&B records itself
+      (the metadata's ``args``): ``--api-key=...`` shows as ``--api-key=***``.
     - ``log_table``: a ``wandb.Table``; ``log_images``: ``wandb.Image`` s (HW,
       CHW, HWC or batches; ``channels_last=`` overrides the guess);
       ``log_traces``: the run summary under ``traces/<key>``.
@@ -262,9 +263,11 @@ class WandBLogger(TrackerDestination):
         if self.tags:
             kwargs["tags"] = self.tags
         kwargs.update(self.init_kwargs)
-        if "config" in kwargs:
-            kwargs["config"] = mask_value(kwargs["config"])
-        with _masked_argv():
+        for key in ("config", "notes"):  # hyperparameters by another path: masked the same
+            if key in kwargs:
+                kwargs[key] = mask_value(kwargs[key])
+        # W&B records sys.argv in the run's metadata (the .wandb file): masked while it reads.
+        with masked_sys_argv():
             self.run = wandb.init(**kwargs)
         self._step = int(getattr(self.run, "step", 0) or 0)
         self.late_values = 0
@@ -371,19 +374,3 @@ class WandBLogger(TrackerDestination):
 
     def _write_traces(self, traces: dict[str, Any]) -> None:
         self.run.summary.update(traces)
-
-
-@contextlib.contextmanager
-def _masked_argv() -> Iterator[None]:
-    """``sys.argv`` masked while ``wandb.init`` reads it into the run's metadata.
-
-    W&B records the command line (``args`` in ``wandb-metadata.json`` and the
-    ``.wandb`` file); a ``--api-key=...`` there would be stored and synced.
-    The swap lasts only the call (on the writer thread, while the run starts).
-    """
-    original = sys.argv
-    sys.argv = mask_argv(original)
-    try:
-        yield
-    finally:
-        sys.argv = original
