@@ -239,6 +239,22 @@ def test_secrets_never_reach_the_run_folder_or_the_archive(tmp_path, monkeypatch
     assert "env__COMET_API_KEY" not in params and params["env__SOME_URI"] == "https://***@host/x"
 
 
+def test_the_command_line_comet_records_is_masked(tmp_path, monkeypatch):
+    """With parse_args (or log_env_host) on, comet reads sys.argv as the experiment starts
+    (each flag a parameter): a secret on it is masked, the rest kept."""
+    argv = ["train.py", "--api-key=cliSecret0042", "--password", "cliPass0042", "--lr", "0.1"]
+    monkeypatch.setattr(sys, "argv", argv)
+    comet = CometMLLogger(online=False, exp_kwargs={"log_env_host": True, "parse_args": True})
+    with fit(tmp_path, [comet], duration="2ba") as trainer:
+        trainer.fit()
+    assert sys.argv == argv  # put back
+    files = Zip(comet.offline_dir).files
+    params = [p.get("param") or p["params"] for p in Zip(comet.offline_dir).of("parameter_msg")]
+    cli = {p["paramName"]: p["paramValue"] for p in params if p["source"] == "cli"}
+    assert cli == {"api-key": "***", "password": "***", "lr": 0.1}
+    assert not any(b"cliSecret0042" in d or b"cliPass0042" in d for d in files.values())
+
+
 def test_online_without_a_key_warns_without_printing_one(monkeypatch, caplog):
     online = CometMLLogger()
     with caplog.at_level(logging.WARNING, logger="obsbus"):
