@@ -1,24 +1,26 @@
 """A small run through every local destination and offline tracker, with secrets planted.
 
-Usage: planted_secrets_run.py RUN_FOLDER --api-key=<secret> --token <secret> [more args]
+Usage: planted_secrets_run.py CONFIG.json [--api-key=<secret> --token <secret> ...]
 
 The parent (tests/reliability/test_secrets_scan.py) plants secrets in the
-environment (a secret-named variable, a token-shaped value under an innocent
-name, a database URL), in this command line, and here in the hyperparameters
-(SECRETS_HPARAMS, JSON) and in a bucket URI given to the Profiler. It then
-scans everything this run wrote.
+environment, in this command line and in CONFIG.json (outside the folders it
+scans): the hyperparameters, a W&B ``config=``, a bucket URI for the Profiler
+and a secret pattern to add. This script holds no secret itself. It then scans
+everything this run wrote, and this process's stdout and stderr.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import logging
 import sys
+import traceback
+from pathlib import Path
 
 import torch
 
 from obsbus import Run
-from obsbus.log import setup_logging
+from obsbus.log import reset_logging, setup_logging
 from obsbus.loggers import (
     CometMLLogger,
     ConsoleLogger,
@@ -30,41 +32,36 @@ from obsbus.loggers import (
     TensorboardLogger,
     WandBLogger,
 )
+from obsbus.masking import add_secret_pattern
 from obsbus.profiler import Profiler, cyclic_schedule
 
-folder = sys.argv[1]
-hparams = json.loads(os.environ["SECRETS_HPARAMS"])
-console = open(os.path.join(folder, "console.txt"), "w", encoding="utf-8")  # noqa: SIM115
-bar = open(os.path.join(folder, "progress.txt"), "w", encoding="utf-8")  # noqa: SIM115
+config = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+folder = Path(config["run_folder"])
+add_secret_pattern(config["pattern"])
 log = setup_logging(folder, module="train")
-try:
-    Profiler(
-        cyclic_schedule(),
-        [],
-        torch_prof_folder="t",
-        torch_prof_remote_file_name=os.environ["SECRETS_URI"],
-    )
-except ValueError as exc:
-    log.error("profiler refused: {}", exc)
-    print(f"profiler refused: {exc}", file=sys.stderr)
-loggers = [
-    FileLogger(),
-    ConsoleLogger(stream=console),
-    ProgressBarLogger(stream=bar),
-    LoguruLogger(),
-    TensorboardLogger(),
-    WandBLogger(
-        project="secrets",
-        mode="offline",
-        init_kwargs={"config": {"init_url": hparams["db"]["url"]}},
-    ),
-    MLFlowLogger(),
-    CometMLLogger(online=False),
-    NeptuneLogger(mode="offline", project="ws/secrets"),
-]
-with Run(max_duration="3ba", run_folder=folder, hparams=hparams, loggers=loggers) as run:
-    for i, _ in enumerate(run.train([[0]] * 3)):
-        run.state.loss = torch.tensor(float(i))
-console.close()
-bar.close()
+try:  # a user's typo: the error quotes the URI, and the user prints it
+    Profiler(cyclic_schedule(), [], torch_prof_remote_file_name=config["profiler_uri"])
+except ValueError:
+    traceback.print_exc()
+    logging.getLogger("obsbus").exception("profiler refused")
+with (
+    open(folder / "console.txt", "w", encoding="utf-8") as console,
+    open(folder / "progress.txt", "w", encoding="utf-8") as bar,
+):
+    loggers = [
+        FileLogger(),
+        ConsoleLogger(stream=console),
+        ProgressBarLogger(stream=bar),
+        LoguruLogger(),
+        TensorboardLogger(),
+        WandBLogger(project="secrets", mode="offline", init_kwargs={"config": config["wandb"]}),
+        MLFlowLogger(),
+        CometMLLogger(online=False),
+        NeptuneLogger(mode="offline", project="ws/secrets"),
+    ]
+    with Run(max_duration="3ba", run_folder=folder, hparams=config["hparams"],
+             loggers=loggers, run_name="scan") as run:  # fmt: skip
+        for i, _ in enumerate(run.train([[0]] * 3)):
+            run.state.loss = torch.tensor(float(i))
+reset_logging()
 print("done")
