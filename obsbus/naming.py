@@ -103,14 +103,17 @@ def check_placeholders(template: str, what: str, allowed: tuple[str, ...] = PLAC
     """
     if not isinstance(template, str) or not template:
         raise TypeError(f"{what} must be a non-empty str, got {template!r}.")
+    from obsbus.masking import mask_secrets  # a template may hold a URI with its credentials
+
+    shown = mask_secrets(template)
     try:
         fields = [field for _, field, _, _ in _FORMATTER.parse(template) if field is not None]
     except ValueError as exc:
-        raise ValueError(f"{what} {template!r} is not a valid template: {exc}.") from None
+        raise ValueError(f"{what} {shown!r} is not a valid template: {exc}.") from None
     for field in fields:
         if field not in allowed:
             raise ValueError(
-                f"{what} {template!r} uses unknown placeholder {{{field}}}; accepted: "
+                f"{what} {shown!r} uses unknown placeholder {{{field}}}; accepted: "
                 + ", ".join("{" + name + "}" for name in allowed)
                 + ". To fix, correct the name, or double the braces for a literal brace."
             )

@@ -195,3 +195,11 @@ def test_no_placeholders(state):
 def test_non_str_template_is_type_error(template):
     with pytest.raises(TypeError, match="A file name template must be a str, got "):
         format_name(template)
+
+
+def test_a_bad_template_s_error_never_shows_its_credentials():
+    from obsbus.naming import check_placeholders
+
+    with pytest.raises(ValueError, match=r"'s3://\*\*\*@bucket/\{rnak\}' uses unknown") as info:
+        check_placeholders("s3://ada:Pw0rdSecret9@bucket/{rnak}", "FileLogger filename")
+    assert "Pw0rdSecret9" not in str(info.value)
