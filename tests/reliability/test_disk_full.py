@@ -1,15 +1,18 @@
 """A full disk under one destination: training finishes, one error names it, the rest is whole.
 
 As root (CI) the run folder is a 1 MB tmpfs, filled up to a few KB before
-the run; elsewhere a stand-in file object raises ``ENOSPC`` once a few KB
-were written. A second FileLogger (on the real disk) and an InMemoryLogger
-must get every step.
+the run; elsewhere (and as a second case everywhere) a stand-in raw file
+under FileLogger's buffers raises ``ENOSPC`` once a few KB were written, so
+writes, flushes and the close's last flush fail as on a real full disk. A
+second FileLogger (on the real disk) and an InMemoryLogger must get every
+step.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import logging
 import os
@@ -23,6 +26,33 @@ from obsbus.loggers import FileLogger, InMemoryLogger
 from obsbus.loggers import file_logger as file_logger_module
 
 STEPS = 3000
+
+
+class _FullRaw(io.RawIOBase):
+    """A file whose disk is full after ``left`` bytes: every later write raises ENOSPC."""
+
+    def __init__(self, raw: io.FileIO, left: int) -> None:
+        self._raw, self._left = raw, left
+
+    @property
+    def name(self) -> str:
+        return str(self._raw.name)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        if len(data) > self._left:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self._left -= len(data)
+        return self._raw.write(data)
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def close(self) -> None:
+        super().close()
+        self._raw.close()
 
 
 @contextlib.contextmanager
@@ -45,22 +75,13 @@ def _full_disk(where: Path, monkeypatch, how: str):
         else:
             real_open = file_logger_module._open
 
-            class FullDisk:
-                def __init__(self, f):
-                    self._f, self._left = f, 16 * 1024
-
-                def write(self, text):
-                    self._left -= len(text)
-                    if self._left < 0:
-                        raise OSError(errno.ENOSPC, "No space left on device")
-                    return self._f.write(text)
-
-                def __getattr__(self, name):
-                    return getattr(self._f, name)
-
             def opener(path, mode):
-                f = real_open(path, mode)
-                return FullDisk(f) if Path(path).is_relative_to(where) else f
+                if not Path(path).is_relative_to(where):
+                    return real_open(path, mode)
+                # Below the buffers, as a real disk: writes, flushes and the close's last
+                # flush all fail once the disk is full (FileLogger closes the file).
+                raw = _FullRaw(open(path, mode + "b", buffering=0), left=16 * 1024)  # noqa: SIM115
+                return io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8")
 
             monkeypatch.setattr(file_logger_module, "_open", opener)
             yield "stand-in"
