@@ -111,6 +111,8 @@ class BackgroundWriter:
         self._lock = threading.Lock()
         # One write at a time, even while an abandoned thread finishes a hung write.
         self._run_lock = threading.Lock()
+        # How many writes had finished when a wait for them gave up (see ``stalled``).
+        self._gave_up_at: int | None = None
 
     @property
     def failure_count(self) -> int:
@@ -203,6 +205,22 @@ class BackgroundWriter:
         except queue.Full:
             return False
 
+    @property
+    def stalled(self) -> bool:
+        """Whether a wait for this writer timed out and no write has finished since.
+
+        A destination then waits no more (close after a ``fit_end`` flush that
+        timed out), so a hung backend costs one timeout, not one per wait.
+        """
+        worker = self._worker
+        return worker is not None and self._gave_up_at == worker.done
+
+    def gave_up(self) -> None:
+        """Record that a wait for this writer timed out (:meth:`flush` does it itself)."""
+        worker = self._worker
+        if worker is not None:
+            self._gave_up_at = worker.done
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every write submitted so far has run; ``False`` on timeout."""
         worker = self._worker
@@ -210,10 +228,13 @@ class BackgroundWriter:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
         done = threading.Event()
-        if not self._put_marker(worker, done, deadline):
+        if not (
+            self._put_marker(worker, done, deadline)
+            and done.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
+        ):
+            self.gave_up()
             return False
-        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        return done.wait(remaining)
+        return True
 
     def close(self, timeout: float | None = 30.0, *, report: bool = True) -> bool:
         """Flush and stop the thread, waiting at most ``timeout`` s; ``False`` if writes were left.
@@ -246,6 +267,7 @@ class BackgroundWriter:
         with self._lock:
             if self._worker is worker:
                 self._worker = None
+                self._gave_up_at = None
         if self._owns_failures:
             for line in self.failures.summary():
                 log.warning("obsbus: %s", line)

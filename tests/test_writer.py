@@ -456,3 +456,16 @@ def test_try_submit_gives_up_after_its_timeout_when_the_writer_is_stuck():
     assert writer.pending == 2
     release.set()
     assert writer.close(timeout=5)
+
+
+def test_a_timed_out_wait_marks_the_writer_stalled_until_a_write_finishes():
+    release = threading.Event()
+    writer = BackgroundWriter("stall-demo")
+    writer.submit(release.wait, 30)
+    assert not writer.stalled
+    assert writer.flush(timeout=0.05) is False
+    assert writer.stalled  # a later wait (close after fit_end) can give up at once
+    release.set()
+    assert writer.flush(timeout=10) is True
+    assert not writer.stalled  # it moved: waits are waited again
+    assert writer.close(timeout=10)

@@ -135,9 +135,6 @@ class TrackerDestination(LoggerDestination):
         self._queued = 0
         self._ran = 0
         self._gave_up = False
-        # _last_progress when a wait for the client timed out: until the client moves again,
-        # later waits (close after fit_end) give up at once instead of waiting a second time.
-        self._stuck_at: float | None = None
 
     # ------------------------------------------------ for subclasses to fill
     def _check_credentials(self) -> None:
@@ -308,7 +305,7 @@ class TrackerDestination(LoggerDestination):
                 self._hand_over()
                 queue = self._writer.try_submit
                 if not self._pressure.wait(lambda fn: queue(fn, timeout=0.0), self._budget()):
-                    self._stuck_at = self._last_progress  # a hung client: wait no more
+                    self._writer.gave_up()  # a hung client: wait no more
 
     @override
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
@@ -390,14 +387,13 @@ class TrackerDestination(LoggerDestination):
     def _budget(self) -> float:
         """How long to wait for the client now: ``close_timeout``, cut to the deadline the
         destinations share while the run ends, and nothing while it is still stuck."""
-        if self._stuck_at is not None and self._stuck_at == self._last_progress:
+        if self._writer.stalled:
             return 0.0
         logger = self._logger
         return self.close_timeout if logger is None else logger.deadline.left(self.close_timeout)
 
     def _wait_for_client(self) -> None:
-        if not self._writer.flush(timeout=self._budget()):
-            self._stuck_at = self._last_progress
+        self._writer.flush(timeout=self._budget())  # a timeout marks the writer stalled
 
     def _hand_over_and_flush(self) -> None:
         """Hand everything held over, then queue :meth:`_client_flush` (if the client has one)."""
@@ -431,4 +427,3 @@ class TrackerDestination(LoggerDestination):
                 self._skipped,
             )
         self._started = self._client_ready = False
-        self._stuck_at = None

@@ -186,7 +186,6 @@ class FileLogger(LoggerDestination):
         # (step, epoch, batch, wall time, metrics) per log_metrics call
         self._held = HeldRows()
         self._pressure = Backpressure()
-        self._stuck_at: int | None = None  # writes pending when a wait for the writer timed out
         self._text: TextIO | None = None
         self._jsonl: TextIO | None = None
         self._paths: list[Path] = []
@@ -365,20 +364,16 @@ class FileLogger(LoggerDestination):
         self._remove_capture()
         self._flush(fsync=True)
         self._writer.close(timeout=self._budget(logger))
-        self._stuck_at = None
         self._close_files()
         self._remote.close(state, logger)
 
     def _budget(self, logger: Logger) -> float:
         """How long to wait for the writer: the shared deadline's share, and nothing while
         a previous wait timed out and the writer has not moved since (a hung disk)."""
-        if self._stuck_at is not None and self._writer.pending >= self._stuck_at:
-            return 0.0  # no write finished since the wait gave up (new ones may have come)
-        return logger.deadline.left(_WAIT_S)
+        return 0.0 if self._writer.stalled else logger.deadline.left(_WAIT_S)
 
     def _wait_for_writer(self, logger: Logger) -> None:
-        if not self._writer.flush(timeout=self._budget(logger)):
-            self._stuck_at = self._writer.pending
+        self._writer.flush(timeout=self._budget(logger))  # a timeout marks the writer stalled
 
     def _close_files(self) -> None:
         for f in (self._text, self._jsonl):
