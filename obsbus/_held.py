@@ -85,27 +85,48 @@ def hand_over(rows: HeldRows, submit: Callable[[Handed], object]) -> HeldRows:
 
 
 class Backpressure:
-    """Keeps at most two capped hand-overs of one destination in its writer's queue.
+    """Keeps at most about two caps of one destination's rows in its writer's queue.
 
-    A loop that logs faster than the writer writes (calls in a tight loop, no
-    batch boundary) hands 1024 rows over at every 1024th call; the writer's
-    queue is bounded in calls, not rows, so without this it would hold up to
-    a million rows. After each such hand-over the destination queues a marker
-    and waits for the previous one: the loop runs at the writer's pace, with
-    one batch being written while the next is gathered.
+    A writer's queue is bounded in calls, not rows: a loop that logs faster
+    than the writer writes (calls in a tight loop, hand-overs of a thousand
+    rows at every ``flush_interval``) could fill it with a million rows.
+    The destination reports each hand-over's rows with :meth:`handed`; once
+    :data:`MAX_HELD_ROWS` rows have gone since the last marker, it queues a
+    marker and waits for the previous one. A loop that outruns its writer
+    then runs at the writer's pace, with one cap of rows being written while
+    the next is queued; one that doesn't never waits (the previous marker
+    was reached long ago).
     """
 
-    __slots__ = ("_previous",)
+    __slots__ = ("_previous", "_rows")
 
     def __init__(self) -> None:
         self._previous: threading.Event | None = None
+        self._rows = 0
+
+    def handed(
+        self, rows: int, queue: Callable[[Callable[[], None]], object], timeout: float
+    ) -> bool:
+        """Count ``rows`` just queued; at every :data:`MAX_HELD_ROWS` rows, :meth:`wait`.
+
+        ``False`` when that wait timed out (a stuck writer).
+        """
+        self._rows += rows
+        if self._rows < MAX_HELD_ROWS:
+            return True
+        self._rows = 0
+        return self.wait(queue, timeout)
 
     def wait(self, queue: Callable[[Callable[[], None]], object], timeout: float) -> bool:
         """Queue a marker with ``queue(fn)``; wait at most ``timeout`` for the previous one.
 
-        ``False`` when the previous marker was not reached in time (a stuck writer).
+        ``queue`` returns ``False`` when the marker found no room: the
+        previous marker is then kept, so the next wait is for a marker that
+        was queued. ``False`` when the previous marker was not reached in
+        time (a stuck writer).
         """
         marker = threading.Event()
-        queue(marker.set)
-        previous, self._previous = self._previous, marker
+        previous = self._previous
+        if queue(marker.set) is not False:
+            self._previous = marker
         return previous is None or previous.wait(timeout)

@@ -303,9 +303,6 @@ class TrackerDestination(LoggerDestination):
             held.append((self._step_now(step), dict(metrics)))
             if len(held) >= MAX_HELD_STEPS:  # no batch boundary may come: bound the memory
                 self._hand_over()
-                queue = self._writer.try_submit
-                if not self._pressure.wait(lambda fn: queue(fn, timeout=0.0), self._budget()):
-                    self._writer.gave_up()  # a hung client: wait no more
 
     @override
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
@@ -336,7 +333,11 @@ class TrackerDestination(LoggerDestination):
         """
         if self._held:
             self._period.handed_over()
+            rows = len(self._held)
             self._held = hand_over(self._held, self._submit_rows)
+            queue = self._writer.try_submit  # a client that falls behind holds about two caps
+            if not self._pressure.handed(rows, lambda fn: queue(fn, timeout=0.0), self._budget()):
+                self._writer.gave_up()  # a hung client: wait no more
 
     def _submit_rows(self, handed: Handed) -> None:
         self._submit(self._write_held, handed)

@@ -279,7 +279,6 @@ class FileLogger(LoggerDestination):
         held.append((batch if step is None else step, epoch, batch, time.time(), dict(metrics)))
         if len(held) >= MAX_HELD_ROWS:  # no batch boundary may come (a long eval): bound memory
             self._hand_over()
-            self._pressure.wait(self._writer.submit, _WAIT_S)
 
     @override
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
@@ -310,7 +309,11 @@ class FileLogger(LoggerDestination):
         """
         if self._held:
             self._period.handed_over()
+            rows = len(self._held)
             self._held = hand_over(self._held, self._submit_rows)
+            writer = self._writer  # a writer that falls behind holds about two caps of rows
+            if not self._pressure.handed(rows, writer.submit, 0.0 if writer.stalled else _WAIT_S):
+                writer.gave_up()
 
     def _submit_rows(self, handed: Handed) -> None:
         self._writer.submit(self._write_metrics, handed)

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import pathlib
+import threading
+import time
 
 import pytest
 
 from obsbus import Run
 from obsbus._held import MAX_HELD_ROWS
-from obsbus.loggers import FileLogger
+from obsbus.loggers import FileLogger, TensorboardLogger
 
 from .test_tracker_base import FakeTracker
 
@@ -79,3 +81,85 @@ def test_a_file_that_appears_after_the_check_is_not_overwritten(tmp_path, monkey
             run.state.loss = 0.0
     assert other.read_text() == '{"step": 1, "the other run": 1}\n'  # the other run's, intact
     assert not (tmp_path / "logs-rank0.txt").exists()  # ours, made a moment before, removed
+
+
+def _train_against_a_blocked_writer(
+    tmp_path: pathlib.Path, dest: object, batches: int, gate: threading.Event
+) -> int:
+    """Train ``batches`` one-row batches in a thread while ``gate`` holds ``dest``'s writer.
+
+    Returns how many batches ran before training waited for the writer (all
+    of them when it never did); then opens the gate and lets the run finish.
+    """
+    logged = [0]
+
+    def train() -> None:
+        with Run(max_duration=f"{batches}ba", run_folder=tmp_path, loggers=[dest]) as run:
+            for i, _ in enumerate(run.train([[0]] * batches)):
+                run.log_metrics({"train/score": float(i)})
+                logged[0] = i + 1
+
+    thread = threading.Thread(target=train, daemon=True)
+    thread.start()
+    last, still_since = -1, time.monotonic()
+    while thread.is_alive() and time.monotonic() - still_since < 1.0:
+        time.sleep(0.05)
+        if logged[0] != last:
+            last, still_since = logged[0], time.monotonic()
+    ran = logged[0]
+    gate.set()
+    thread.join(120)
+    assert not thread.is_alive()
+    return ran
+
+
+def _gate(obj: object, method: str) -> threading.Event:
+    """Make ``obj.method`` wait for the returned event before it runs."""
+    gate, original = threading.Event(), getattr(obj, method)
+
+    def gated(*args: object) -> object:
+        gate.wait(120)
+        return original(*args)
+
+    setattr(obj, method, gated)
+    return gate
+
+
+BLOCKED_BATCHES = 20 * MAX_HELD_ROWS
+#: A writer that falls behind has at most two capped hand-overs queued, plus one being gathered.
+MAX_QUEUED_ROWS = 4 * MAX_HELD_ROWS
+
+
+def test_file_logger_queues_a_bounded_number_of_rows_for_a_slow_writer(tmp_path):
+    """Hand-overs every 100 batches: a writer queue bounded in calls held every row.
+
+    Before, the queue (1000 calls) took hundreds of hand-overs of 100 rows:
+    every row of this run waited in memory for a writer that wrote none
+    (+409 MB over 1e6 calls handed over every 1000 batches).
+    """
+    files = FileLogger(write_period=3600.0, flush_interval=100)
+    ran = _train_against_a_blocked_writer(
+        tmp_path, files, BLOCKED_BATCHES, _gate(files, "_write_metrics")
+    )
+    assert ran <= MAX_QUEUED_ROWS, f"{ran} rows queued for a writer that wrote none"
+    rows = [json.loads(line) for line in (tmp_path / "metrics-rank0.jsonl").open()]
+    scores = [r["train/score"] for r in rows if "train/score" in r]
+    assert scores == [float(i) for i in range(BLOCKED_BATCHES)]
+
+
+def test_tracker_queues_a_bounded_number_of_rows_for_a_slow_client(tmp_path):
+    """TensorBoard hands over at every ``flush_interval``: the same bound as FileLogger's."""
+    tracker = TensorboardLogger(write_period=3600.0, flush_interval=100, close_timeout=120)
+    gate = _gate(tracker, "_client_log_metrics")
+    written: list[float] = []
+    client_log = tracker._client_log_metrics
+
+    def record(values: dict[str, object], step: int) -> None:
+        client_log(values, step)
+        if "train/score" in values:
+            written.append(values["train/score"])  # type: ignore[arg-type]
+
+    tracker._client_log_metrics = record  # type: ignore[method-assign]
+    ran = _train_against_a_blocked_writer(tmp_path, tracker, BLOCKED_BATCHES, gate)
+    assert ran <= MAX_QUEUED_ROWS, f"{ran} rows queued for a client that took none"
+    assert written == [float(i) for i in range(BLOCKED_BATCHES)]
