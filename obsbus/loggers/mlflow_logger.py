@@ -32,6 +32,7 @@ from obsbus.loggers._mlflow_run import MlflowRun, open_run
 from obsbus.loggers._run_metadata import mask_credentials
 from obsbus.loggers._tracker import RunInfo, TrackerDestination
 from obsbus.loggers._tracker_media import hold_images, hold_table, image_arrays, table_rows
+from obsbus.masking import mask_value
 from obsbus.run_folder import os_user
 from obsbus.state import State
 from obsbus.time import TimeLike
@@ -270,7 +271,7 @@ class MLFlowLogger(TrackerDestination):
             )
         self.experiment_name = experiment_name
         self.run_name = run_name
-        self.tags = {key: str(value) for key, value in (tags or {}).items()}
+        self.tags = mask_value({key: str(value) for key, value in (tags or {}).items()})
         self.flush_interval = float(flush_interval)
         self.synchronous = synchronous
         self.run_group = run_group

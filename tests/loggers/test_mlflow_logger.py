@@ -134,7 +134,9 @@ def test_the_default_store_is_sqlite_in_the_run_folder_and_holds_no_secret(tmp_p
     monkeypatch.setenv("MY_API_KEY", SECRET)
     monkeypatch.setenv("DATABRICKS_TOKEN", DATABRICKS_SECRET)
     monkeypatch.setenv("SOME_URL", f"https://ada:{SECRET}@example.com/x")
-    mlf, memory = MLFlowLogger(upload_logs=True, close_timeout=120), InMemoryLogger()
+    tags = {"team": "vision", "db": f"postgresql://admin:{SECRET}@host/db"}
+    mlf = MLFlowLogger(upload_logs=True, close_timeout=120, tags=tags)
+    memory = InMemoryLogger()
     files = FileLogger()  # its close-time upload reaches mlf: file stores close last
     with trainer(tmp_path, [mlf, memory, files], hparams={"lr": 0.01}) as t:
         t.fit()
@@ -149,6 +151,8 @@ def test_the_default_store_is_sqlite_in_the_run_folder_and_holds_no_secret(tmp_p
     assert run.data.params["lr"] == "0.01"
     assert run.data.params["env__SOME_URL"] == "https://***@example.com/x"
     assert not any("KEY" in k or "TOKEN" in k for k in run.data.params)
+    assert run.data.tags["team"] == "vision"
+    assert run.data.tags["db"] == "postgresql://***@host/db"  # a tag is a value leaving too
     # The artifacts live in the run folder too, FileLogger's files among them.
     assert run.info.artifact_uri.startswith((run_folder / "mlflow" / "artifacts").as_uri())
     assert all_artifacts(mlflow, mlf.run_id) == ["r/logs-rank0.txt", "r/metrics-rank0.jsonl"]
