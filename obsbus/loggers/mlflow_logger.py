@@ -132,7 +132,7 @@ class MLFlowLogger(TrackerDestination):
             name; per rank ``{run_name}-rank{rank}``. (Primus defaults the *run* name to
             ``{work_group}_{user_name}``; obsbus uses that for the experiment, so a
             team's runs gather in one experiment, each named after its obsbus run.)
-        tags: more run tags.
+        tags: more run tags; their values are masked as hyperparameters are.
         tracking_uri: where runs are stored; see above.
         rank_zero_only: only ``logging_rank`` logs (default the last rank, as Megatron and
             Primus do); ``False``: one run per rank, tagged ``run_group``.
