@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from obsbus._mask_errors import mask_error
 from obsbus.errors import DestinationError
 
 log = logging.getLogger("obsbus")
@@ -32,6 +33,9 @@ class FailureLog:
         self._lock = threading.Lock()
 
     def report(self, name: str, action: str, exc: BaseException) -> None:
+        """Count ``exc`` for ``name``; log the first, masked (a tracker's error may quote a
+        URI with its password in it, and plain logging has no masking sink)."""
+        mask_error(exc)
         with self._lock:
             self.counts[name] += 1
             first = name not in self.first

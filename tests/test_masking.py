@@ -266,3 +266,22 @@ def test_log_sinks_mask_warnings_errors_and_tracebacks(tmp_path, monkeypatch):
         assert secret not in text
     assert "postgresql://***@db/x with ***" in text and "ValueError: bad s3://***@b/x" in text
     assert "failed ***" in text and "info line keeps lr=0.1" in text
+
+
+def test_a_failing_destination_is_reported_without_the_secret_in_its_error(tmp_path, caplog):
+    """Plain stdlib logging (no ``setup_logging``): FailureLog masks what it reports."""
+    from obsbus import LoggerDestination, Run
+
+    uri = "https://ada:" + "hunter2" + "@tracker.example.com/api"  # not in the traceback's source
+
+    class Unreachable(LoggerDestination):
+        def log_metrics(self, metrics, step=None):
+            raise ConnectionError(f"cannot reach {uri}")
+
+    caplog.set_level(logging.INFO, logger="obsbus")
+    with Run(max_duration="2ba", run_folder=tmp_path, loggers=[Unreachable()]) as run:
+        for _ in run.train([[0], [1]]):
+            run.log_metrics({"loss": 1.0})
+    reported = "\n".join(caplog.text.splitlines())
+    assert "Unreachable.log_metrics failed" in reported
+    assert "tracker.example.com" in reported and "hunter2" not in reported
