@@ -32,8 +32,11 @@ SOURCES = ("loss", "gradient")  # in the order a tie is named
 ON_NAN = ("raise", "stop", "log")
 
 
-class NonFiniteLossError(ObsbusError):
+class NonFiniteLossError(ObsbusError, RuntimeError):
     """The training loss, or the gradient, became NaN or infinite.
+
+    A ``RuntimeError``, as what Composer's ``NaNMonitor`` raises, so an
+    ``except RuntimeError`` written for Composer catches it.
 
     Attributes:
         batch: the first batch whose value was not finite, counted from 1 (the

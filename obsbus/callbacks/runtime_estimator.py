@@ -8,8 +8,10 @@ import warnings
 
 from typing_extensions import override
 
+from obsbus._check import check_int
 from obsbus.callback import Callback
 from obsbus.callbacks._averaging import RunningAverage
+from obsbus.callbacks._time_units import seconds_per_unit
 from obsbus.errors import ObsbusWarning
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger
@@ -21,9 +23,8 @@ __all__ = ["RuntimeEstimator", "training_fraction"]
 _clock = time.perf_counter
 """The clock every duration here is read from (tests replace it with a fake one)."""
 
-#: Accepted ``time_unit`` values -> seconds in one unit.
-TIME_UNITS: dict[str, float] = {"seconds": 1.0, "minutes": 60.0, "hours": 3600.0, "days": 86400.0}
 KEY = "time/remaining_estimate"
+UNIT_KEY = "time/remaining_estimate_unit"
 
 
 def training_fraction(state: State) -> float | None:
@@ -128,6 +129,8 @@ class RuntimeEstimator(Callback):
     - ``time/remaining_estimate``: the estimated wall-clock time until
       ``max_duration`` is reached, in ``time_unit`` (hours by default, as
       Composer), a float.
+    - ``time/remaining_estimate_unit``: a hyperparameter, logged at ``init``:
+      ``time_unit`` (``"hours"``, ...), as Composer logs it.
 
     Args:
         skip_batches: batches left out of the average at the start (default
@@ -161,19 +164,13 @@ class RuntimeEstimator(Callback):
         log_interval: TimeLike = "1ba",
     ) -> None:
         for name, value in (("skip_batches", skip_batches), ("reset_interval", reset_interval)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"RuntimeEstimator {name} must be an int >= 0, got {value!r}.")
-        if time_unit not in TIME_UNITS:
-            raise ValueError(
-                f"RuntimeEstimator time_unit {time_unit!r} is not supported; accepted: "
-                + ", ".join(repr(u) for u in TIME_UNITS)
-                + "."
-            )
+            check_int("RuntimeEstimator", name, value, minimum=0)
+        seconds = seconds_per_unit("RuntimeEstimator", time_unit)
         self.skip_batches = skip_batches
         self.time_unit = time_unit
         self.reset_interval = reset_interval
         self.log_interval = LogInterval(log_interval, "RuntimeEstimator log_interval")
-        self._seconds_per_unit = TIME_UNITS[time_unit]
+        self._seconds_per_unit = seconds
         # Warm-up is counted in batches here, not in RunningAverage's values: a batch whose
         # progress can't be told adds no value but is still warm-up.
         self._rate = RunningAverage(skip=0, reset_interval=reset_interval)
@@ -208,6 +205,10 @@ class RuntimeEstimator(Callback):
             self._duration = duration
             self._fraction = None
         return True
+
+    @override
+    def init(self, state: State, logger: Logger) -> None:
+        logger.log_hyperparameters({UNIT_KEY: self.time_unit})
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:

@@ -16,6 +16,7 @@ from typing_extensions import override
 from obsbus import dist
 from obsbus.callback import Callback
 from obsbus.callbacks._peak_flops import PRECISIONS, peak_flops, precision_of
+from obsbus.callbacks._time_units import seconds_per_unit
 from obsbus.errors import ObsbusWarning
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger
@@ -32,7 +33,7 @@ _clock = time.perf_counter
 """The clock every duration here is read from (tests replace it with a fake one)."""
 
 HOUR = 3600.0
-"""Seconds in an hour: ``time/*`` keys are in hours, as Composer logs them."""
+"""Seconds in an hour: ``time/*`` keys are in hours by default, as Composer logs them."""
 
 _SUPPORTED = ", ".join(PRECISIONS)
 
@@ -181,12 +182,14 @@ class SpeedMonitor(Callback):
       (DDP, FSDP) wait for each other inside the step, so their wall times
       even out and the ratio stays near 1 even with a slow rank there.
     - ``throughput/step_time_slowest_rank``: the rank with ``step_time_max``.
-    - ``time/train``: hours spent training in all fits so far, on this rank
-      (evaluation excluded; the first batch included).
-    - ``time/eval``: hours spent evaluating (``eval_before_all`` to
+    - ``time/train``: time spent training in all fits so far, on this rank
+      (evaluation excluded; the first batch included), in ``time_unit``
+      (hours by default, as Composer).
+    - ``time/val``: time spent evaluating (``eval_before_all`` to
       ``eval_after_all``, standalone evaluation included; ``eval_start`` to
-      ``eval_end`` for a loop that fires only those).
-    - ``time/total``: ``time/train + time/eval``, hours.
+      ``eval_end`` for a loop that fires only those), in ``time_unit``.
+      Composer's key; obsbus logged it as ``time/eval`` before.
+    - ``time/total``: ``time/train + time/val``, in ``time_unit``.
 
     The ``time/*`` keys are also logged when an evaluation ends, so the last
     evaluation's time is recorded even when no log step follows.
@@ -195,6 +198,8 @@ class SpeedMonitor(Callback):
         window_size: batches in the throughput window (Composer's default 100).
         gpu_flops_available: peak FLOP/s of one device, e.g. ``989e12``;
             overrides the table.
+        time_unit: the unit of the ``time/*`` keys: ``"seconds"``,
+            ``"minutes"``, ``"hours"`` (default, as Composer) or ``"days"``.
         log_interval: ``"1ba"`` (default) or ``"1ep"``; a bare int counts batches.
         flops_per_batch: ``f(batch) -> number``: FLOPs this rank spends on
             ``batch`` (forward and backward). Default: the model's
@@ -223,6 +228,7 @@ class SpeedMonitor(Callback):
         self,
         window_size: int = 100,
         gpu_flops_available: float | None = None,
+        time_unit: str = "hours",
         *,
         log_interval: TimeLike = "1ba",
         flops_per_batch: Callable[[Any], float] | None = None,
@@ -235,6 +241,8 @@ class SpeedMonitor(Callback):
         if window_size < 1:
             raise ValueError(f"SpeedMonitor window_size must be >= 1 batch, got {window_size!r}.")
         gpu_flops_available = _check_peak(gpu_flops_available)
+        self._divider = seconds_per_unit("SpeedMonitor", time_unit)
+        self.time_unit = time_unit
         if flops_per_batch is not None and not callable(flops_per_batch):
             raise TypeError(
                 "SpeedMonitor flops_per_batch must be a function batch -> FLOPs or None, "
@@ -390,11 +398,11 @@ class SpeedMonitor(Callback):
         return float(flops)
 
     def _times(self) -> dict[str, float]:
-        train, evaluation = self._train_seconds, self._eval_seconds
+        train, evaluation, unit = self._train_seconds, self._eval_seconds, self._divider
         return {
-            "time/train": train / HOUR,
-            "time/eval": evaluation / HOUR,
-            "time/total": (train + evaluation) / HOUR,
+            "time/train": train / unit,
+            "time/val": evaluation / unit,
+            "time/total": (train + evaluation) / unit,
         }
 
     def _log(self, state: State, logger: Logger) -> None:

@@ -350,3 +350,14 @@ def test_hooks_with_nothing_to_do_are_not_dispatched():
         expected = hooks(monitor)
         assert hooks(pickle.loads(pickle.dumps(monitor))) == expected  # e.g. sent to a worker
         assert hooks(copy.deepcopy(monitor)) == expected
+
+
+def test_the_error_is_a_runtime_error_as_composers():
+    """Composer's ``composer/callbacks/nan_monitor.py`` raises ``RuntimeError('Train loss
+    contains a NaN.')``: code written for it, ``except RuntimeError``, catches obsbus's too."""
+    t = trainer(NaNMonitor(mode="immediate"))
+    with pytest.raises(RuntimeError, match="loss was not finite") as info:
+        t.fit()
+    t.close()
+    assert isinstance(info.value, NonFiniteLossError) and info.value.batch == BAD
+    assert issubclass(NonFiniteLossError, RuntimeError)

@@ -242,23 +242,37 @@ def test_under_a_trainer_floats_only_and_no_syncs():
         (
             {"skip_batches": -1},
             ValueError,
-            "RuntimeEstimator skip_batches must be an int >= 0, got -1.",
+            "RuntimeEstimator skip_batches must be a whole number >= 0, got -1.",
         ),
         (
             {"reset_interval": True},
-            ValueError,
-            "RuntimeEstimator reset_interval must be an int >= 0, got True.",
+            TypeError,
+            "RuntimeEstimator reset_interval must be a whole number >= 0, got True.",
         ),
         (
             {"log_interval": "1dur"},
             ValueError,
-            "RuntimeEstimator log_interval '1dur' is not supported",
+            "is not supported: use a positive number of batches or epochs",
         ),
+        ({"time_unit": None}, TypeError, "RuntimeEstimator time_unit must be a str"),
     ],
-    ids=["unit", "skip", "reset", "interval"],
+    ids=["unit", "skip", "reset", "interval", "unit-type"],
 )
 def test_bad_arguments_are_refused_when_built(kwargs, error, match):
     import re
 
     with pytest.raises(error, match=re.escape(match)):
         RuntimeEstimator(**kwargs)
+
+
+@pytest.mark.parametrize("unit", ["seconds", "minutes", "hours", "days"])
+def test_time_unit_is_logged_as_a_hyperparameter_at_init(clock, unit):
+    """Composer's ``RuntimeEstimator.init`` (``composer/callbacks/runtime_estimator.py``) logs
+    ``{'time/remaining_estimate_unit': time_unit}`` with ``log_hyperparameters``."""
+    mem = InMemoryLogger()
+    with Run(max_duration="2ba", callbacks=[RuntimeEstimator(time_unit=unit)],
+             loggers=[mem]) as run:
+        assert mem.hyperparameters["time/remaining_estimate_unit"] == unit  # at init already
+        for _ in run.train([[1], [2]]):
+            clock.now += 1.0
+    assert mem.hyperparameters["time/remaining_estimate_unit"] == unit

@@ -104,7 +104,7 @@ def test_exact_rates_with_variable_batch_sizes(clock):
     assert series(mem, "throughput/device/tokens_per_sec") == {3: 30.0, 4: 12.0, 5: 24.0}
     # time/train counts every batch, the warm-up one too.
     assert mem.most_recent_values["time/train"] == pytest.approx(8.0 / HOUR)
-    assert mem.most_recent_values["time/eval"] == 0.0
+    assert mem.most_recent_values["time/val"] == 0.0
     assert mem.most_recent_values["time/total"] == pytest.approx(8.0 / HOUR)
 
 
@@ -148,6 +148,58 @@ def test_each_fit_warms_up_and_time_between_fits_is_not_training(clock):
     # (at step 3 it still holds batch 2).
     assert series(mem, "throughput/samples_per_sec") == {2: 2.0, 3: 2.0, 4: 8.0}
     assert mem.most_recent_values["time/train"] == pytest.approx(3.0 / HOUR)
+
+
+def composer_throughput(sizes, durations, window):
+    """Composer's window, as ``SpeedMonitor.batch_end`` in Composer's
+    ``composer/callbacks/speed_monitor.py`` keeps it: deques of ``window_size + 1`` batch-end
+    readings of the cumulative sample count and wall clock, a rate logged once they are full."""
+    from collections import deque
+
+    samples, wct = deque(maxlen=window + 1), deque(maxlen=window + 1)
+    total_samples, total_seconds, out = 0, 0.0, {}
+    for step, (size, seconds) in enumerate(zip(sizes, durations, strict=True), start=1):
+        total_samples += size
+        total_seconds += seconds
+        samples.append(total_samples)
+        wct.append(total_seconds)
+        if len(wct) == wct.maxlen:
+            out[step] = (samples[-1] - samples[0]) / (wct[-1] - wct[0])
+    return out
+
+
+@pytest.mark.parametrize("window", [1, 3, 7, 12])
+def test_throughput_count_steps_and_values_match_composers_window(clock, window):
+    sizes = [3, 5, 2, 8, 4, 4, 6, 1, 7, 2, 5, 3]
+    durations = [2.0, 0.5, 0.25, 1.0, 0.5, 0.75, 0.5, 0.25, 1.5, 0.5, 0.25, 1.0]
+    mem = train(SpeedMonitor(window_size=window), clock, sizes=sizes, durations=durations)
+    expected = composer_throughput(sizes, durations, window)
+    assert len(expected) == max(len(sizes) - window, 0)
+    if not expected:  # the window never filled: neither logs a rate
+        assert not any(k.startswith("throughput/") for k in logged_keys(mem))
+        return
+    got = series(mem, "throughput/samples_per_sec")
+    assert list(got) == list(expected)  # the same steps: from window_size + 1 on
+    assert got == pytest.approx(expected)
+    assert len(mem.get_timeseries("throughput/batches_per_sec")["step"]) == len(expected)
+
+
+@pytest.mark.parametrize(("unit", "seconds"), [("seconds", 1.0), ("minutes", 60.0),
+                                               ("hours", 3600.0), ("days", 86400.0)])
+def test_time_unit_as_composers(clock, unit, seconds):
+    """Composer's ``SpeedMonitor(time_unit=...)``: the ``time/*`` keys in that unit."""
+    mem = train(SpeedMonitor(window_size=1, time_unit=unit), clock, sizes=[1, 1, 1],
+                durations=[2.0, 2.0, 2.0])
+    assert mem.most_recent_values["time/train"] == pytest.approx(6.0 / seconds)
+    assert mem.most_recent_values["time/total"] == pytest.approx(6.0 / seconds)
+    assert SpeedMonitor(1, None, unit).time_unit == unit  # Composer's positional order
+
+
+def test_eval_time_is_composers_time_val_key(clock):
+    """Composer logs eval time as ``time/val`` (its SpeedMonitor key table)."""
+    mem = train(SpeedMonitor(window_size=1), clock, sizes=[1, 1], durations=[1.0, 1.0])
+    assert {"time/train", "time/val", "time/total"} <= logged_keys(mem)
+    assert "time/eval" not in logged_keys(mem)
 
 
 def test_epoch_log_interval(clock):
@@ -270,11 +322,11 @@ def test_eval_time_is_not_training_time(clock):
     assert series(mem, "throughput/batches_per_sec") == {3: 1.0, 4: 1.0}
     final = mem.most_recent_values
     assert final["time/train"] == pytest.approx(4.0 / HOUR)
-    assert final["time/eval"] == pytest.approx(20.0 / HOUR)
+    assert final["time/val"] == pytest.approx(20.0 / HOUR)
     assert final["time/total"] == pytest.approx(24.0 / HOUR)
     # Logged again when each eval ends: the last eval's time is not lost.
-    evals = mem.get_timeseries("time/eval")
-    assert evals["time/eval"][-1] == pytest.approx(20.0 / HOUR) and evals["step"][-1] == 4
+    evals = mem.get_timeseries("time/val")
+    assert evals["time/val"][-1] == pytest.approx(20.0 / HOUR) and evals["step"][-1] == 4
 
 
 def test_standalone_eval_accumulates(clock):
@@ -286,7 +338,7 @@ def test_standalone_eval_accumulates(clock):
     for _ in run.eval(batches([2, 2])):
         clock.advance(1.5)
     run.close()
-    assert mem.most_recent_values["time/eval"] == pytest.approx(3.0 / HOUR)
+    assert mem.most_recent_values["time/val"] == pytest.approx(3.0 / HOUR)
     assert mem.most_recent_values["time/train"] == pytest.approx(2.0 / HOUR)
 
 
@@ -314,8 +366,8 @@ def test_under_trainer_with_eval():
         trainer.fit()
     final = mem.most_recent_values
     assert final["throughput/samples_per_sec"] > 0 and final["throughput/batches_per_sec"] > 0
-    assert final["time/eval"] > 0 and final["time/train"] > 0
-    assert final["time/total"] == pytest.approx(final["time/train"] + final["time/eval"])
+    assert final["time/val"] > 0 and final["time/train"] > 0
+    assert final["time/total"] == pytest.approx(final["time/train"] + final["time/val"])
     assert mem.get_timeseries("throughput/samples_per_sec")["step"] == [3, 4, 5, 6, 7, 8]
 
 
@@ -358,9 +410,12 @@ def test_training_steps_that_do_not_log_never_sync():
          "precision 'bfloat16' is not supported; accepted: fp32, tf32, fp16, bf16, fp8"),
         ({"flops_per_batch": 3}, TypeError, "flops_per_batch must be a function"),
         ({"log_interval": "5sp"}, ValueError, "SpeedMonitor log_interval '5sp' is not supported"),
+        ({"time_unit": "h"}, ValueError,
+         "SpeedMonitor time_unit 'h' is not supported; accepted: 'seconds', 'minutes'"),
+        ({"time_unit": 60}, TypeError, "SpeedMonitor time_unit must be a str"),
     ],
     ids=["window-0", "window-float", "window-bool", "peak-str", "peak-tflops", "peak-negative",
-         "peak-inf", "precision", "flops-fn", "interval"],
+         "peak-inf", "precision", "flops-fn", "interval", "unit", "unit-int"],
 )
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
