@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
+from obsbus._check import check_bool, check_int
 from obsbus.callback import Callback
 from obsbus.callbacks._norms import (
     _l2_norms,
@@ -102,6 +103,22 @@ class OptimizerMonitor(Callback):
     - ``num_zeros/grad/global``: the number of gradient elements that are
       exactly zero (Megatron's ``log_num_zeros_in_grad``; a count, int64),
       with ``log_num_zeros=True``.
+    - whatever the first optimizer's ``report_per_parameter_metrics(param,
+      name, metrics)`` adds, with ``log_optimizer_metrics=True`` (the
+      default, as Composer) and an optimizer that has that method, such as
+      Composer's ``DecoupledAdamW``: ``l2_norm/moment/{name}``,
+      ``l2_norm/param/{name}``, ``l2_norm/update/{name}``,
+      ``l2_norm/grad/{name}``. It is called for every parameter that has a
+      gradient, on due batches only; a key the monitor computes itself
+      keeps the monitor's value. torch's optimizers have no such method, so
+      they add nothing. Composer's FSDP reduction of these
+      (``pre_reduce_metrics``/``dist_reduce_metrics``) is not done: the
+      values are this rank's.
+
+    Composer's ``OptimizerMonitor`` logs ``l2_norm/grad/{name}`` for every
+    parameter always; here that takes ``log_per_layer=True`` (off by
+    default: a model with thousands of parameters would log thousands of
+    keys per interval).
 
     Args:
         log_interval: ``"10ba"`` (default, as Composer) or ``"1ep"``; a bare
@@ -111,6 +128,11 @@ class OptimizerMonitor(Callback):
             Megatron's ``log_params_norm``: it reads every parameter once more,
             which doubles the monitor's work on a due step).
         log_num_zeros: log the number of zeros in the gradients.
+        log_optimizer_metrics: also log the metrics of the optimizer's
+            ``report_per_parameter_metrics`` (Composer's argument and default).
+        batch_log_interval: Composer's name for the interval in batches:
+            ``batch_log_interval=10`` is ``log_interval="10ba"``. Give one of
+            the two.
 
     Example:
         >>> import torch
@@ -136,18 +158,39 @@ class OptimizerMonitor(Callback):
         log_per_layer: bool = False,
         log_param_norm: bool = False,
         log_num_zeros: bool = False,
+        *,
+        log_optimizer_metrics: bool = True,
+        batch_log_interval: int | None = None,
     ) -> None:
-        self.log_interval = LogInterval(log_interval, "OptimizerMonitor log_interval")
+        cls = "OptimizerMonitor"
+        if isinstance(log_interval, bool):  # OptimizerMonitor(False): Composer's first argument
+            raise TypeError(
+                f"{cls} log_interval must be a time such as '10ba', got {log_interval!r}. "
+                "Composer's first argument is log_optimizer_metrics; obsbus's is log_interval. "
+                f"To fix, write OptimizerMonitor(log_optimizer_metrics={log_interval!r})."
+            )
+        if batch_log_interval is not None:
+            batches = check_int(cls, "batch_log_interval", batch_log_interval, minimum=1)
+            if log_interval != "10ba":
+                raise ValueError(
+                    f"{cls}: batch_log_interval={batches!r} and log_interval={log_interval!r} "
+                    "both set the interval. To fix, give one: batch_log_interval is Composer's "
+                    f"name for log_interval='{batches}ba'."
+                )
+            log_interval = f"{batches}ba"
+        self.log_interval = LogInterval(log_interval, f"{cls} log_interval")
         for name, value in (
             ("log_per_layer", log_per_layer),
             ("log_param_norm", log_param_norm),
             ("log_num_zeros", log_num_zeros),
+            ("log_optimizer_metrics", log_optimizer_metrics),
         ):
-            if not isinstance(value, bool):
-                raise TypeError(f"OptimizerMonitor {name} must be True or False, got {value!r}.")
+            check_bool(cls, name, value)
         self.log_per_layer = log_per_layer
         self.log_param_norm = log_param_norm
         self.log_num_zeros = log_num_zeros
+        self.log_optimizer_metrics = log_optimizer_metrics
+        self.batch_log_interval = self.log_interval.batches or None
         self._warned_no_grads = False
         self._params: list[tuple[str, torch.Tensor]] | None = None
         self._params_model: object = None
@@ -221,8 +264,28 @@ class OptimizerMonitor(Callback):
                         metrics[f"l2_norm/param/{name}"] = norm
         return metrics
 
+    def _optimizer_metrics(self, state: State, metrics: dict[str, Any]) -> None:
+        """Add what the first optimizer's ``report_per_parameter_metrics`` reports (Composer)."""
+        optimizers = state.optimizers
+        report = (
+            getattr(optimizers[0], "report_per_parameter_metrics", None) if optimizers else None
+        )
+        if not callable(report):
+            return
+        import torch
+
+        reported: dict[str, Any] = {}
+        with torch.no_grad():
+            for name, p in self._parameters(state):
+                if p.grad is not None:
+                    reported = report(p, name, reported) or reported
+        for key, value in reported.items():
+            metrics.setdefault(key, value)
+
     def _log(self, state: State, logger: Logger) -> None:
         metrics = self._metrics(state)
+        if self.log_optimizer_metrics:
+            self._optimizer_metrics(state, metrics)
         if metrics:
             logger.log_metrics(metrics)
 

@@ -327,3 +327,72 @@ def test_a_model_cast_mid_epoch_gets_norms_in_float32(both_paths):
     state.timestamp = Timestamp(batch=2)
     monitor.batch_end(state, Logger(state, [mem]))
     assert to_host({"n": mem.most_recent_values["l2_norm/grad/global"]})["n"] == 600.0
+
+
+class ReportingSGD(torch.optim.SGD):
+    """An optimizer with Composer's ``report_per_parameter_metrics`` hook (as its
+    ``DecoupledAdamW`` has, ``composer/optim/decoupled_weight_decay.py``): it reports
+    ``l2_norm/param/{name}`` and a made-up ``l2_norm/moment/{name}`` of twice the parameter."""
+
+    def report_per_parameter_metrics(self, param, name, optimizer_metrics):
+        optimizer_metrics[f"l2_norm/param/{name}"] = torch.linalg.vector_norm(param.data)
+        optimizer_metrics[f"l2_norm/moment/{name}"] = torch.linalg.vector_norm(2 * param.data)
+        optimizer_metrics["l2_norm/grad/global"] = torch.tensor(-1.0)  # the monitor's wins
+        return optimizer_metrics
+
+
+def fit_reporting(monitor, batches=6):
+    model, mem = tiny_model(), InMemoryLogger()
+    with Trainer(model, regression_data(batches), f"{batches}ba", loss_fn=F.mse_loss,
+                 optimizers=ReportingSGD(model.parameters(), lr=0.1), callbacks=[monitor],
+                 loggers=[mem], device="cpu") as trainer:
+        trainer.fit()
+    return model, mem
+
+
+def test_log_optimizer_metrics_logs_what_the_optimizer_reports_as_composer():
+    """Composer's ``OptimizerMonitor(log_optimizer_metrics=True)`` (its default) merges the
+    first optimizer's ``report_per_parameter_metrics`` into the metrics it logs."""
+    model, mem = fit_reporting(OptimizerMonitor(batch_log_interval=3))
+    names = [name for name, _ in model.named_parameters()]
+    for name, p in model.named_parameters():
+        moment = series(mem, f"l2_norm/moment/{name}")
+        assert list(moment) == [3, 6]
+        assert float(moment[6]) == pytest.approx(2 * p.detach().norm().item())  # after step 6
+        assert f"l2_norm/param/{name}" in mem.data
+    assert names and all(v > 0 for v in series(mem, "l2_norm/grad/global").values())
+
+
+def test_log_optimizer_metrics_false_and_torch_optimizers_add_nothing():
+    _, mem = fit_reporting(OptimizerMonitor(log_optimizer_metrics=False, batch_log_interval=3))
+    assert not any("moment" in key for key in mem.data)
+    mem = fit(OptimizerMonitor(log_optimizer_metrics=True, batch_log_interval=2))  # torch SGD: none
+    assert [k for k in mem.data if k.startswith("l2_norm/")] == ["l2_norm/grad/global"]
+
+
+def test_batch_log_interval_is_composers_name_for_the_interval():
+    """Composer: ``OptimizerMonitor(batch_log_interval=10)`` logs when batch % 10 == 0."""
+    mem = fit(OptimizerMonitor(batch_log_interval=2), batches=7)
+    assert list(series(mem, "l2_norm/grad/global")) == [2, 4, 6]
+    assert OptimizerMonitor(batch_log_interval=4).log_interval.batches == 4
+    assert OptimizerMonitor().batch_log_interval == 10  # Composer's default
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        ((False,), {}, TypeError,
+         r"Composer's first argument is log_optimizer_metrics; obsbus's is log_interval\. "
+         r"To fix, write OptimizerMonitor\(log_optimizer_metrics=False\)"),
+        ((), {"batch_log_interval": 5, "log_interval": "2ba"}, ValueError,
+         r"batch_log_interval=5 and log_interval='2ba' both set the interval\. To fix, give one"),
+        ((), {"batch_log_interval": 0}, ValueError, "batch_log_interval must be a whole number >= 1, got 0"),
+        ((), {"batch_log_interval": "10"}, TypeError, "batch_log_interval must be a whole number"),
+        ((), {"log_optimizer_metrics": "false"}, TypeError,
+         "log_optimizer_metrics must be True or False, got 'false'"),
+    ],
+    ids=["positional-composer-bool", "both-intervals", "zero", "str", "str-bool"],
+)
+def test_composer_arguments_are_checked(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        OptimizerMonitor(*args, **kwargs)
