@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import override
 
 from obsbus import dist
+from obsbus._check import check_int, check_mapping
 from obsbus.callback import Callback
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger
@@ -42,11 +43,17 @@ CUDA_KEYS: dict[str, str] = {
 _REDUCTIONS = ("min", "avg", "max")
 
 
-def cuda_memory_report(stats: Mapping[str, Any]) -> dict[str, float | int]:
+def cuda_memory_report(
+    stats: Mapping[str, Any], keys: Mapping[str, str] | None = None
+) -> dict[str, float | int]:
     """Turn a ``torch.cuda.memory_stats()`` dict into MemoryMonitor's metrics.
 
     Byte counts become GB (1e9 bytes), counts stay ints; keys missing from
-    ``stats`` are left out (an uninitialized device gives ``{}``).
+    ``stats`` are left out (an uninitialized device gives ``{}``). ``keys``
+    maps ``memory_stats()`` names to the names logged after ``memory/``
+    (default :data:`CUDA_KEYS`); as in Composer, ``bytes`` in a logged name
+    of a byte count becomes ``gigabytes`` (``{"allocated_bytes.all.current":
+    "allocated_bytes"}`` logs ``memory/allocated_gigabytes``).
 
     Example:
         >>> cuda_memory_report({"allocated_bytes.all.current": 2_500_000_000,
@@ -54,10 +61,13 @@ def cuda_memory_report(stats: Mapping[str, Any]) -> dict[str, float | int]:
         {'memory/current_allocated_mem': 2.5, 'memory/alloc_retries': 3}
     """
     report: dict[str, float | int] = {}
-    for torch_key, name in CUDA_KEYS.items():
+    for torch_key, name in (CUDA_KEYS if keys is None else keys).items():
         if torch_key in stats:
             value = stats[torch_key]
-            report[f"memory/{name}"] = value / GB if "bytes" in torch_key else int(value)
+            if "bytes" in torch_key:
+                report[f"memory/{name.replace('bytes', 'gigabytes')}"] = value / GB
+            else:
+                report[f"memory/{name}"] = int(value)
     return report
 
 
@@ -197,7 +207,9 @@ class MemoryMonitor(Callback):
     With ``reduce_across_ranks=True`` every key above also gets
     ``{key}_min``, ``{key}_avg`` and ``{key}_max`` over the ranks (Composer's
     names, e.g. ``memory/peak_allocated_mem_max``), from one all_reduce of a
-    ``[world_size, n_keys]`` table per log step. Every rank must then run the
+    ``[world_size, n_keys]`` table per log step; with Composer's
+    ``dist_aggregate_batch_interval=N``, at the log steps whose batch is a
+    multiple of ``N`` only. Every rank must then run the
     monitor with the same interval, on the same kind of device. On a GPU
     backend those values are logged as device tensors (no sync here).
 
@@ -216,6 +228,12 @@ class MemoryMonitor(Callback):
             rest of the program, so by default peaks run from process start.
         host_memory: log the ``host_*`` keys: ``None`` (default) when the run
             is not on a GPU, ``True`` always, ``False`` never.
+        memory_keys: Composer's argument: ``torch.cuda.memory_stats()`` names
+            to log, mapped to the names they are logged under (after
+            ``memory/``); default the keys above.
+        dist_aggregate_batch_interval: Composer's argument: also log the
+            min/avg/max over ranks every that many batches (``None``: as
+            ``reduce_across_ranks`` says). Give it or ``reduce_across_ranks``.
 
     Example:
         >>> from obsbus import Run
@@ -237,8 +255,40 @@ class MemoryMonitor(Callback):
         reduce_across_ranks: bool = False,
         reset_peaks: bool = False,
         host_memory: bool | None = None,
+        memory_keys: Mapping[str, str] | None = None,
+        dist_aggregate_batch_interval: int | None = None,
     ) -> None:
+        if isinstance(log_interval, Mapping):  # MemoryMonitor({...}): Composer's first argument
+            raise TypeError(
+                f"MemoryMonitor log_interval must be a time such as '1ba', got {log_interval!r}. "
+                "Composer's first argument is memory_keys; obsbus's is log_interval. To fix, "
+                "write MemoryMonitor(memory_keys={...})."
+            )
         self.log_interval = LogInterval(log_interval, "MemoryMonitor log_interval")
+        keys = check_mapping(
+            "MemoryMonitor",
+            "memory_keys",
+            memory_keys,
+            values=lambda v: isinstance(v, str) and bool(v),
+            accepted_values="non-empty str",
+        )
+        self.memory_keys = keys or None
+        self.dist_aggregate_batch_interval = (
+            None
+            if dist_aggregate_batch_interval is None
+            else check_int(
+                "MemoryMonitor",
+                "dist_aggregate_batch_interval",
+                dist_aggregate_batch_interval,
+                minimum=1,
+            )
+        )
+        if self.dist_aggregate_batch_interval is not None and reduce_across_ranks is True:
+            raise ValueError(
+                "MemoryMonitor: reduce_across_ranks=True (every log step) and "
+                f"dist_aggregate_batch_interval={dist_aggregate_batch_interval!r} (every that "
+                "many batches) both set when to reduce. To fix, give one."
+            )
         for name, value in (
             ("reduce_across_ranks", reduce_across_ranks),
             ("reset_peaks", reset_peaks),
@@ -279,15 +329,22 @@ class MemoryMonitor(Callback):
         if self._cuda:
             import torch
 
-            report.update(cuda_memory_report(torch.cuda.memory_stats(self._cuda_index)))
+            stats = torch.cuda.memory_stats(self._cuda_index)
+            report.update(cuda_memory_report(stats, self.memory_keys))
         if self.host_memory or (self.host_memory is None and not self._cuda):
             report.update(host_memory_report())
         return report
 
+    def _reduces(self, state: State) -> bool:
+        every = self.dist_aggregate_batch_interval
+        if every is None:
+            return self.reduce_across_ranks
+        return state.timestamp._batch % every == 0
+
     def _log(self, state: State, logger: Logger) -> None:
         report = self._report(state)
         metrics: dict[str, Any] = dict(report)
-        if self.reduce_across_ranks and report:
+        if report and self._reduces(state):
             table = _gather_rows([float(v) for v in report.values()])
             stats = (table.amin(0), table.mean(0), table.amax(0))
             columns: list[Any] = [

@@ -372,3 +372,55 @@ def test_a_forked_child_reads_its_own_rss_not_its_parents():
     parent = _rss_bytes()
     assert abs(truth - parent) > 64 * 2**20  # the two processes' RSS tell apart
     assert abs(reading - truth) < 8 * 2**20, (reading, truth, parent)
+
+
+# ---------------------------------------------------------------------------
+# Composer's arguments: memory_keys, dist_aggregate_batch_interval
+# ---------------------------------------------------------------------------
+
+
+def test_memory_keys_as_composers(allocator):
+    """Composer's ``MemoryMonitor(memory_keys={torch name: logged name})``
+    (``composer/callbacks/memory_monitor.py``, ``_get_memory_report``): only those, byte counts
+    in GB with ``bytes`` in the logged name turned into ``gigabytes``, counts as they are."""
+    keys = {"allocated_bytes.all.current": "allocated_bytes", "num_alloc_retries": "retries",
+            "no_such_stat": "missing"}
+    _, _, mem = drive(MemoryMonitor(memory_keys=keys), batches=1)
+    assert set(mem.data) == {"memory/allocated_gigabytes", "memory/retries"}
+    assert mem.most_recent_values["memory/allocated_gigabytes"] == pytest.approx(
+        CUDA_STATS["allocated_bytes.all.current"] / 1e9)
+    assert mem.most_recent_values["memory/retries"] == CUDA_STATS["num_alloc_retries"]
+    assert cuda_memory_report(CUDA_STATS, keys) == {k: mem.most_recent_values[k] for k in mem.data}
+
+
+def test_dist_aggregate_batch_interval_reduces_every_n_batches(allocator):
+    """Composer: with ``dist_aggregate_batch_interval=N`` the ``_avg``/``_min``/``_max``
+    keys come at batches that are multiples of N; the plain keys every batch."""
+    _, _, mem = drive(MemoryMonitor(dist_aggregate_batch_interval=2), batches=5)
+    assert mem.steps["memory/peak_allocated_mem"] == [1, 2, 3, 4, 5]
+    for stat in ("min", "avg", "max"):
+        assert mem.steps[f"memory/peak_allocated_mem_{stat}"] == [2, 4]
+        assert mem.most_recent_values[f"memory/peak_allocated_mem_{stat}"] == pytest.approx(
+            CUDA_REPORT["memory/peak_allocated_mem"])
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        (({"allocated_bytes.all.current": "a"},), {}, TypeError,
+         r"Composer's first argument is memory_keys; obsbus's is log_interval\. To fix, write "
+         r"MemoryMonitor\(memory_keys=\{\.\.\.\}\)"),
+        ((), {"memory_keys": {"allocated_bytes.all.current": 3}}, TypeError,
+         r"memory_keys must be a dict with str keys and non-empty str values; "
+         r"'allocated_bytes.all.current' holds 3"),
+        ((), {"memory_keys": ["allocated_bytes.all.current"]}, TypeError, "memory_keys must be a dict"),
+        ((), {"dist_aggregate_batch_interval": 0}, ValueError,
+         "dist_aggregate_batch_interval must be a whole number >= 1, got 0"),
+        ((), {"dist_aggregate_batch_interval": 2, "reduce_across_ranks": True}, ValueError,
+         r"both set when to reduce\. To fix, give one"),
+    ],
+    ids=["positional-dict", "value", "list", "zero", "both"],
+)
+def test_composer_arguments_are_checked(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        MemoryMonitor(*args, **kwargs)
