@@ -20,7 +20,8 @@ class LogInterval:
 
     Args:
         value: ``"10ba"``, ``"1ep"``, a ``Time``, or a bare int in ``default_unit``.
-        what: the owner, for error messages (``"ConsoleLogger log_interval"``).
+        what: the owner and parameter, named by every error message
+            (``"ConsoleLogger log_interval"``), a bad time string's included.
         default_unit: the unit of a bare int (Composer's loggers: epochs;
             monitors: batches).
 
@@ -35,12 +36,16 @@ class LogInterval:
         Traceback (most recent call last):
         ...
         ValueError: demo log_interval '5sp' is not supported: use a positive number of ...
+        >>> LogInterval("10xx", "demo log_interval")
+        Traceback (most recent call last):
+        ...
+        ValueError: demo log_interval '10xx' is not a valid time: expected a non-negative ...
     """
 
     __slots__ = ("batches", "epochs", "time")
 
     def __init__(self, value: TimeLike, what: str, default_unit: TimeUnit = TimeUnit.BATCH) -> None:
-        interval = Time.from_input(value, default_unit=default_unit)
+        interval = Time.from_input(value, default_unit=default_unit, name=what)
         if interval.unit not in (TimeUnit.BATCH, TimeUnit.EPOCH) or interval.value < 1:
             raise ValueError(
                 f"{what} {str(interval)!r} is not supported: use a positive number of batches "

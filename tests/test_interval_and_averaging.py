@@ -11,8 +11,11 @@ from obsbus.time import TimeUnit
 
 @pytest.mark.parametrize(
     ("value", "unit", "batch_due", "epoch_due"),
-    [("10ba", TimeUnit.BATCH, [10, 20], []), (3, TimeUnit.BATCH, [3, 6, 9, 12, 15, 18], []),
-     ("2ep", TimeUnit.EPOCH, [], [2, 4])],
+    [
+        ("10ba", TimeUnit.BATCH, [10, 20], []),
+        (3, TimeUnit.BATCH, [3, 6, 9, 12, 15, 18], []),
+        ("2ep", TimeUnit.EPOCH, [], [2, 4]),
+    ],
     ids=["batches", "bare-int", "epochs"],
 )
 def test_log_interval_due(value, unit, batch_due, epoch_due):
@@ -36,6 +39,30 @@ def test_log_interval_due(value, unit, batch_due, epoch_due):
 def test_log_interval_rejects(bad):
     with pytest.raises(ValueError, match=f"'{bad}'|x log_interval"):
         LogInterval(bad, "x log_interval")
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "match"),
+    [
+        ("10xx", ValueError, r"^FileLogger log_interval '10xx' is not a valid time: expected a "
+         r"non-negative number followed by a unit, one of ep, ba, sp, tok, dur, sec, iter"),
+        ("-1ba", ValueError, r"^FileLogger log_interval '-1ba' is not a valid time: time must "
+         r"not be negative"),
+        ("1.5ba", ValueError, r"^FileLogger log_interval '1.5ba' is not a valid time: a number "
+         r"of batches must be a whole number"),
+        (float("nan"), ValueError, r"^FileLogger log_interval 'nanba' is not a valid time: it "
+         r"must be finite"),
+        (True, TypeError, r"^FileLogger log_interval must be a Time, a time string or a number, "
+         r"got True"),
+        (None, TypeError, r"^FileLogger log_interval must be a Time, .*got None"),
+    ],
+    ids=["bad-unit", "negative", "fraction", "nan", "bool", "None"],
+)  # fmt: skip
+def test_log_interval_errors_name_the_parameter(bad, error, match):
+    """Issue 13: the time parser's message used to come through as it was, naming neither the
+    parameter nor the class."""
+    with pytest.raises(error, match=match):
+        LogInterval(bad, "FileLogger log_interval")
 
 
 def test_running_average_skips_warmup_and_restarts():
