@@ -18,7 +18,8 @@ class Callback:
     Every hook is a no-op with the same ``(state, logger)`` signature; a
     subclass overrides the hooks it needs (marked ``@typing.override``) and
     nothing else. The :class:`~obsbus.Engine` calls only the hooks a callback
-    overrides, so an unused hook costs nothing.
+    overrides, so an unused hook costs nothing. Composer's other way works
+    too: override :meth:`run_event` and receive every event.
 
     Beyond the hooks: :meth:`close` (release resources; runs once, at the end),
     :meth:`post_close` (after every plug-in closed), :meth:`state_dict` and
@@ -36,11 +37,35 @@ class Callback:
         >>> cb = CountBatches()
         >>> cb.run_event(Event.BATCH_END, None, None); cb.batches
         1
+
+        Composer's second way, one method for every event:
+
+        >>> from collections import Counter
+        >>> class CountEvents(Callback):
+        ...     def __init__(self):
+        ...         self.counts = Counter()
+        ...     @override
+        ...     def run_event(self, event, state, logger):
+        ...         self.counts[event] += 1
+        >>> from obsbus import Engine, Logger, State
+        >>> state = State(run_name="r")
+        >>> counter = CountEvents()
+        >>> engine = Engine(state, Logger(state), [counter])
+        >>> engine.run_event(Event.FIT_START); engine.run_event("batch_end")
+        >>> dict(counter.counts)
+        {<Event.FIT_START: 'fit_start'>: 1, <Event.BATCH_END: 'batch_end'>: 1}
     """
 
     def run_event(self, event: Event, state: State, logger: Logger) -> None:
-        """Call the hook for ``event`` (the engine calls hooks directly; this is for tools)."""
-        getattr(self, event.value)(state, logger)
+        """Call the hook method for ``event``.
+
+        As in Composer, a subclass may override this instead of the hooks:
+        the :class:`~obsbus.Engine` then calls it at every event, in order
+        (``exception`` included), and the hook methods run only if it calls
+        ``super().run_event(event, state, logger)``. Without an override the
+        engine calls the overridden hooks directly, skipping this method.
+        """
+        getattr(self, str(event))(state, logger)
 
     def init(self, state: State, logger: Logger) -> None:
         """Once, when the run is set up, before anything else; destinations run first here."""

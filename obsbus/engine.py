@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from obsbus._failures import plugin_name
+from obsbus._hook_names import warn_near_misses
 from obsbus.callback import Callback
 from obsbus.event import Event
-from obsbus.logger import Logger, LoggerDestination, is_list_like
+from obsbus.logger import Logger, LoggerDestination, is_list_like, takes_files
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -46,6 +48,17 @@ def overrides(plugin: Callback, hook: str) -> bool:
     return getattr(method, "__func__", method) is not getattr(Callback, hook)
 
 
+def _handler(plugin: Callback, event: Event) -> Callable[[State, Logger], None] | None:
+    """What runs ``plugin`` at ``event``: its own ``run_event`` if it has one (then it gets
+    every event, as in Composer), else the hook it overrides, else nothing."""
+    if overrides(plugin, "run_event"):
+        return functools.partial(plugin.run_event, event)
+    if overrides(plugin, event.value):
+        hook: Callable[[State, Logger], None] = getattr(plugin, event.value)
+        return hook
+    return None
+
+
 class Engine:
     """Dispatches events to callbacks and to the logger's destinations.
 
@@ -65,7 +78,15 @@ class Engine:
     the caller.
 
     Dispatch goes through a table, built once, of the plug-ins that override
-    each hook; an event nobody handles costs one dict lookup.
+    each hook; an event nobody handles costs one dict lookup. A plug-in that
+    overrides :meth:`~obsbus.Callback.run_event` is called through it at
+    every event (``exception`` included), as Composer's engine calls every
+    callback; its hook methods then run only if its ``run_event`` calls them
+    (``super().run_event(event, state, logger)`` does).
+
+    A plug-in with a method named like a hook but not quite
+    (``on_batch_end``, ``batch_ends``, ``after_backwards``) gets an
+    :class:`~obsbus.ObsbusWarning` here, naming the hook it probably meant.
 
     Example:
         >>> from obsbus import Event, Logger, State
@@ -92,10 +113,12 @@ class Engine:
         self.close_errors: list[tuple[str, BaseException]] = []
         self._closed = False
         self.profiler: Profiler | None = None
-        self._table: dict[Event, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
+        self._table: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], Event]] = {}
         for cb in callbacks:
             self._check(cb)
             self.callbacks.append(cb)
+        for dest in logger.destinations:
+            warn_near_misses(dest)
         self._build_table()
 
     @staticmethod
@@ -107,20 +130,23 @@ class Engine:
                 f"{type(cb).__name__} is a LoggerDestination; pass it in loggers=[...] so "
                 "that it receives what is logged."
             )
+        warn_near_misses(cb)
 
     def _build_table(self) -> None:
-        table: dict[Event, tuple[tuple[Any, ...], tuple[Any, ...]]] = {}
-        hook = self._hook
+        table: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], Event]] = {}
+        spanned = self._spanned
         for event in Event:
             cbs = tuple(
-                (cb, hook(cb, event)) for cb in self.callbacks if overrides(cb, event.value)
+                (cb, spanned(cb, event, handler))
+                for cb in self.callbacks
+                if (handler := _handler(cb, event)) is not None
             )
             dests = tuple(
-                (d, self._watched(d, event.value, hook(d, event)), event.value)
+                (d, self._watched(d, event.value, spanned(d, event, handler)), event.value)
                 for d in self.logger.destinations
-                if overrides(d, event.value)
+                if (handler := _handler(d, event)) is not None
             )
-            table[event] = (cbs, dests)
+            table[event] = (cbs, dests, event)
         self._table = table
 
     def _watched(
@@ -137,9 +163,10 @@ class Engine:
 
         return watched
 
-    def _hook(self, plugin: Callback, event: Event) -> Callable[[State, Logger], None]:
-        """The bound hook, wrapped in a ``callback/{Class}/{event}`` span when profiling."""
-        hook: Callable[[State, Logger], None] = getattr(plugin, event.value)
+    def _spanned(
+        self, plugin: Callback, event: Event, hook: Callable[[State, Logger], None]
+    ) -> Callable[[State, Logger], None]:
+        """``hook``, wrapped in a ``callback/{Class}/{event}`` span when profiling."""
         profiler = self.profiler
         if profiler is None or not profiler.record_callbacks:
             return hook
@@ -169,9 +196,10 @@ class Engine:
         self._build_table()
         self.run_event = self._run_profiled  # type: ignore[method-assign]
 
-    def _run_profiled(self, event: Event) -> None:
+    def _run_profiled(self, event: Event | str) -> None:
         profiler = self.profiler
         assert profiler is not None
+        event = self._table[event][2] if event in self._table else _unknown(event)
         profiler.on_event(event)
         marker = None
         if profiler.record_events:
@@ -202,9 +230,12 @@ class Engine:
     def closed(self) -> bool:
         return self._closed
 
-    def run_event(self, event: Event) -> None:
-        """Run every hook that handles ``event``."""
-        cbs, dests = self._table[event]
+    def run_event(self, event: Event | str) -> None:
+        """Run every hook that handles ``event`` (an :class:`Event`, or its value as Composer)."""
+        try:
+            cbs, dests, event = self._table[event]
+        except KeyError:
+            _unknown(event)
         if not (cbs or dests):
             return
         state, logger = self.state, self.logger
@@ -264,10 +295,10 @@ class Engine:
         """Close every plug-in once, best effort; then ``post_close`` those that closed.
 
         Callbacks close before destinations, so a monitor's last metrics
-        still reach them, and destinations that store files
-        (``can_upload_files()``) close last, so the files the others hand over
-        as they close (a FileLogger's final log) still reach them. A failing
-        ``close`` is logged and skips only that
+        still reach them, and destinations that store files (they override
+        ``upload_file`` or say ``can_upload_files()``) close last, so the files
+        the others hand over as they close (a FileLogger's final log) still
+        reach them. A failing ``close`` is logged and skips only that
         plug-in's ``post_close``. Nothing raises out of here unless the
         logger is strict and no exception is already ending the run.
         """
@@ -276,8 +307,8 @@ class Engine:
         self._closed = True
         closed: list[Callback] = []
         dests = self.logger.destinations
-        stores = [d for d in dests if d.can_upload_files()]
-        others = [d for d in dests if not d.can_upload_files()]
+        stores = [d for d in dests if takes_files(d)]
+        others = [d for d in dests if not takes_files(d)]
         for group in (self.callbacks, [*others, *stores]):
             with self._ending() if group is not self.callbacks else nullcontext():
                 for plugin in group:
@@ -302,3 +333,12 @@ class Engine:
         if self.close_errors and self.logger.failures.strict and sys.exc_info()[1] is None:
             name, first = self.close_errors[0]
             raise RuntimeError(f"{name} failed to close: {first!r}") from first
+
+
+def _unknown(event: object) -> NoReturn:
+    """Raise the error for a name that is not an event."""
+    raise ValueError(
+        f"{event!r} is not an obsbus Event; expected one of: "
+        + ", ".join(e.value for e in Event)
+        + "."
+    )

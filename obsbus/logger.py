@@ -214,20 +214,29 @@ class Logger:
             )
 
     def has_file_uploader(self) -> bool:
-        """Whether any destination can store files."""
+        """Whether any destination can store files (``can_upload_files()``)."""
         return any(d.can_upload_files() for d in self.destinations)
+
+    def has_file_upload_destination(self) -> bool:
+        """Composer's name for :meth:`has_file_uploader`."""
+        return self.has_file_uploader()
 
     def upload_file(
         self, remote_file_name: str, file_path: str | Path, *, overwrite: bool = False
     ) -> None:
-        """Hand a file to every destination that can store files.
+        """Hand a file to every destination that overrides ``upload_file``, as Composer does.
 
-        ``remote_file_name`` may use placeholders (``{run_name}``, ``{rank}``, ...).
+        ``can_upload_files()`` is not asked: a destination that overrides
+        ``upload_file`` gets every file (the built-in trackers skip files
+        themselves when their artifact upload is off). ``remote_file_name``
+        and ``file_path`` may use placeholders (``{run_name}``, ``{rank}``, ...);
+        a path that exists as written is taken as written.
         """
         remote = self.format_name(remote_file_name)
-        path = Path(file_path)
+        text = str(file_path)
+        path = Path(text if "{" not in text or Path(text).exists() else self.format_name(text))
         for dest in self.destinations:
-            if dest.can_upload_files():
+            if takes_files(dest):
                 self._contained(
                     dest,
                     "upload_file",
@@ -241,15 +250,17 @@ class Logger:
         overwrite: bool = False,
         progress_bar: bool = True,
     ) -> None:
-        """Fetch a file from the first destination that stores files.
+        """Fetch a file from the first destination that has it.
+
+        Destinations that override ``download_file`` are asked in order.
 
         Raises:
-            FileNotFoundError: no destination can store files, or none had it.
+            FileNotFoundError: no destination can download files, or none had it.
         """
         remote = self.format_name(remote_file_name)
         errors: list[str] = []
         for dest in self.destinations:
-            if not dest.can_upload_files():
+            if not _overrides(dest, "download_file"):
                 continue
             try:
                 dest.download_file(remote, str(destination), overwrite, progress_bar)
@@ -292,6 +303,16 @@ def _watchdog_from_env() -> float | None:
             f"OBSBUS_WATCHDOG_S must be a number of seconds, got {text!r}. To fix, set it to "
             "e.g. 60, or unset it to turn the watchdog off."
         ) from None
+
+
+def takes_files(dest: LoggerDestination) -> bool:
+    """Whether ``dest`` stores files: it overrides ``upload_file`` or can_upload_files()."""
+    return _overrides(dest, "upload_file") or dest.can_upload_files()
+
+
+def _overrides(dest: LoggerDestination, method: str) -> bool:
+    bound = getattr(dest, method)
+    return getattr(bound, "__func__", bound) is not getattr(LoggerDestination, method)
 
 
 def is_list_like(value: object) -> bool:

@@ -79,7 +79,7 @@ def test_destinations_first_at_init_last_elsewhere():
 def test_only_overriding_plugins_are_in_the_table():
     journal = []
     engine = make_engine([Recorder("cb", journal)], [])
-    cbs, dests = engine._table[Event.BEFORE_FORWARD]
+    cbs, dests, _ = engine._table[Event.BEFORE_FORWARD]
     assert cbs == () and dests == ()
     assert [cb for cb, _ in engine._table[Event.BATCH_END][0]] == engine.callbacks
 
@@ -183,8 +183,14 @@ def test_close_is_idempotent_and_best_effort(caplog):
 
 def test_strict_close_raises_after_closing_everything():
     journal = []
-    engine = make_engine([], [RecordingDestination("bad", journal, fail_on={"close"}),
-                              RecordingDestination("good", journal)], strict=True)
+    engine = make_engine(
+        [],
+        [
+            RecordingDestination("bad", journal, fail_on={"close"}),
+            RecordingDestination("good", journal),
+        ],
+        strict=True,
+    )
     with pytest.raises(RuntimeError, match="bad failed to close"):
         engine.close()
     assert ("good", "post_close") in journal

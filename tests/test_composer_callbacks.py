@@ -1,0 +1,407 @@
+"""Callbacks written the Composer way work (issue 14, item 1).
+
+``run_event`` overrides get every event; methods named almost like a hook
+warn at construction; ``Logger.upload_file`` reaches every destination that
+overrides ``upload_file``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from obsbus import Callback, Engine, Event, Logger, LoggerDestination, ObsbusWarning, Run, State
+from obsbus.loggers import InMemoryLogger
+
+from .helpers import EventCounter, regression_data, tiny_model
+from .test_events_order import (
+    BATCHES,
+    EPOCHS,
+    EVAL_BATCHES,
+    MICRO,
+    assert_pairs_nest,
+    expected_fit_counts,
+    make_trainer,
+)
+
+
+class RunEventCounter(Callback):
+    """Composer's second way to write a callback: one ``run_event``, no hook methods."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[Event] = Counter()
+        self.order: list[Event] = []
+
+    def run_event(self, event, state, logger):
+        self.counts[event] += 1
+        self.order.append(event)
+
+
+class RunEventDestination(LoggerDestination):
+    def __init__(self, journal) -> None:
+        self.journal = journal
+
+    def run_event(self, event, state, logger):
+        self.journal.append(("dest", event))
+
+
+def run_loop(callbacks, loggers=()):
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    eval_data = regression_data(EVAL_BATCHES, seed=1)
+
+    def evaluate(run):
+        with torch.no_grad():
+            for x, y in run.eval(eval_data):
+                run.loss(F.mse_loss, run.forward(model, x), y)
+
+    with Run(
+        model=model,
+        optimizers=opt,
+        max_duration=f"{EPOCHS}ep",
+        callbacks=callbacks,
+        loggers=loggers,
+        eval_interval="1ep",
+        eval_fn=evaluate,
+    ) as run:
+        for x, y in run.train(regression_data(BATCHES)):
+            opt.zero_grad()
+            for xm, ym in zip(x.chunk(MICRO), y.chunk(MICRO), strict=True):
+                run.backward(run.loss(F.mse_loss, run.forward(model, xm), ym))
+            opt.step()
+    return run
+
+
+# ------------------------------------------------------------------ run_event
+
+
+def test_run_event_override_sees_composers_counts_under_trainer():
+    counter, hooks = RunEventCounter(), EventCounter()
+    for callback in (counter, hooks):
+        with make_trainer(callback) as trainer:
+            trainer.fit()
+    assert {e: counter.counts[e] for e in Event} == {e: expected_fit_counts()[e] for e in Event}
+    assert_pairs_nest(counter.order)
+    assert counter.order == hooks.order
+
+
+def test_run_event_override_sees_composers_counts_under_run():
+    counter, hooks = RunEventCounter(), EventCounter()
+    run_loop([counter, hooks])
+    assert {e: counter.counts[e] for e in Event} == {e: expected_fit_counts()[e] for e in Event}
+    assert counter.order == hooks.order
+
+
+def test_run_event_override_reaches_hooks_only_through_super():
+    seen = []
+
+    class Filtering(Callback):
+        def run_event(self, event, state, logger):
+            if event in (Event.FIT_START, Event.BATCH_END):
+                super().run_event(event, state, logger)
+
+        def batch_end(self, state, logger):
+            seen.append("batch_end")
+
+        def epoch_end(self, state, logger):  # filtered out by run_event: never called
+            seen.append("epoch_end")
+
+    with Run(max_duration="1ep", callbacks=[Filtering()]) as run:
+        for _ in run.train([[1], [2]]):
+            pass
+    assert seen == ["batch_end", "batch_end"]  # once each: not also called directly
+
+
+def test_run_event_plugins_keep_the_engine_order():
+    journal = []
+
+    class Hooked(Callback):
+        def init(self, state, logger):
+            journal.append(("hooked", Event.INIT))
+
+        def batch_end(self, state, logger):
+            journal.append(("hooked", Event.BATCH_END))
+
+    class Whole(Callback):
+        def run_event(self, event, state, logger):
+            journal.append(("whole", event))
+
+    state = State(run_name="t")
+    engine = Engine(state, Logger(state, [RunEventDestination(journal)]), [Whole(), Hooked()])
+    engine.run_event(Event.INIT)
+    engine.run_event(Event.BATCH_END)
+    engine.run_event(Event.BEFORE_FORWARD)
+    assert journal == [
+        ("dest", Event.INIT),
+        ("whole", Event.INIT),
+        ("hooked", Event.INIT),  # destinations first
+        ("whole", Event.BATCH_END),
+        ("hooked", Event.BATCH_END),
+        ("dest", Event.BATCH_END),
+        ("whole", Event.BEFORE_FORWARD),
+        ("dest", Event.BEFORE_FORWARD),
+    ]
+
+
+def test_destination_with_run_event_gets_every_event_and_its_logging_calls():
+    journal = []
+    mem = InMemoryLogger()
+    run = run_loop([], [RunEventDestination(journal), mem])
+    counts = Counter(event for _, event in journal)
+    assert {e: counts[e] for e in Event} == {e: expected_fit_counts()[e] for e in Event}
+    assert run.engine.closed and "loss/train/total" in mem.most_recent_values
+
+
+def test_run_event_gets_the_exception_event_and_its_error_is_contained():
+    got = []
+
+    class Whole(Callback):
+        def run_event(self, event, state, logger):
+            got.append(event)
+            if event is Event.EXCEPTION:
+                raise OSError("flush failed")
+
+    class Boom(Callback):
+        def batch_end(self, state, logger):
+            raise KeyError("original")
+
+    with (
+        pytest.raises(KeyError, match="original"),
+        Run(max_duration="2ba", callbacks=[Whole(), Boom()]) as run,
+    ):
+        for _ in run.train([[1], [2]]):
+            pass
+    assert got[-1] is Event.EXCEPTION and Event.FIT_END not in got
+    assert run.logger.failures.counts["Whole"] == 1
+
+
+def test_only_run_event_overriders_join_every_event_of_the_table():
+    state = State(run_name="t")
+    whole, plain = RunEventCounter(), Callback()
+    engine = Engine(state, Logger(state), [plain, whole])
+    for event in Event:
+        cbs, dests, canonical = engine._table[event]
+        assert [cb for cb, _ in cbs] == [whole] and dests == () and canonical is event
+
+
+def test_engine_takes_event_names_as_composer_does():
+    state = State(run_name="t")
+    counter = RunEventCounter()
+    engine = Engine(state, Logger(state), [counter])
+    engine.run_event("before_loss")
+    assert counter.order == [Event.BEFORE_LOSS] and type(counter.order[0]) is Event
+    with pytest.raises(
+        ValueError,
+        match=r"'on_batch_end' is not an obsbus Event; expected one "
+        r"of: init, before_load, .*, exception\.",
+    ):
+        engine.run_event("on_batch_end")
+
+
+def test_profiled_engine_runs_run_event_plugins_in_spans_and_takes_event_names():
+    from obsbus.profiler import Profiler, ProfilerAction, TraceHandler
+
+    class Names(TraceHandler):
+        def __init__(self):
+            self.names = set()
+
+        def process_duration_event(self, name, categories, is_start, timestamp, wall_ns):
+            self.names.add(name)
+
+    counter, names = RunEventCounter(), Names()
+    profiler = Profiler(lambda state: ProfilerAction.ACTIVE, [names])
+    with Run(max_duration="1ba", callbacks=[counter], profiler=profiler) as run:
+        for _ in run.train([[1]]):
+            run.engine.run_event("after_loss")
+            with pytest.raises(ValueError, match="'nope' is not an obsbus Event"):
+                run.engine.run_event("nope")
+    assert counter.counts[Event.BATCH_END] == counter.counts[Event.AFTER_LOSS] == 1
+    assert {"callback/RunEventCounter/batch_end", "callback/RunEventCounter/after_loss"} <= (
+        names.names
+    )
+
+
+# ------------------------------------------------------------ near-miss names
+
+
+def _class_with(name, base=Callback):
+    return type("Mine", (base,), {name: lambda self, state, logger: None})
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("on_batch_end", "batch_end"),  # on_ prefix
+        ("batch_ends", "batch_end"),  # plural
+        ("after_backwards", "after_backward"),  # plural
+        ("befor_loss", "before_loss"),  # a letter dropped
+        ("fit_strat", "fit_start"),  # two letters swapped
+        ("on_train_batch_end", "batch_end"),  # Lightning, Keras
+        ("on_validation_batch_end", "eval_batch_end"),  # Lightning
+        ("on_train_begin", "fit_start"),  # transformers, Keras
+        ("on_step_end", "batch_end"),  # transformers
+        ("on_epoch_begin", "epoch_start"),  # transformers, Keras
+        ("on_after_backward", "after_backward"),  # Lightning
+        ("pre_forward", "before_forward"),
+        ("post_backward", "after_backward"),
+        ("on_init_end", "init"),  # transformers
+        ("on_exception", "exception"),  # Lightning
+        ("state_dicts", "state_dict"),
+    ],
+)
+def test_a_near_miss_hook_name_warns_at_construction_naming_the_hook(name, meant):
+    cls = _class_with(name)
+    state = State(run_name="t")
+    with pytest.warns(
+        ObsbusWarning,
+        match=(
+            rf"^Mine\.{name} is not an obsbus (hook|method), so nothing ever calls it; did you mean "
+            rf"'{meant}'\? To fix, rename it to {meant} \(obsbus hooks are named after the Event "
+            r"values, as in Composer: no 'on_' prefix\), or start its name with '_' if it is a "
+            r"helper\.$"
+        ),
+    ):
+        Engine(state, Logger(state), [cls()])
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("log_metric", "log_metrics"),
+        ("log_hyperparams", "log_hyperparameters"),
+        ("upload_files", "upload_file"),
+        ("on_fit_end", "fit_end"),
+    ],
+)
+def test_a_destination_near_miss_warns(name, meant):
+    cls = _class_with(name, LoggerDestination)
+    state = State(run_name="t")
+    with pytest.warns(ObsbusWarning, match=rf"Mine\.{name} is not an obsbus .*'{meant}'"):
+        Engine(state, Logger(state, [cls()]))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "forward",
+        "loss",
+        "load",
+        "backward",
+        "dataloader",
+        "unit",
+        "summary",
+        "reset",
+        "update",
+        "compute",
+        "setup",
+        "teardown",
+        "on_log",
+        "on_save",
+        "closed",
+        "_on_batch_end",
+        "_batch_ends",
+        "log_metrics_now",
+    ],
+)
+def test_ordinary_helper_names_do_not_warn(name):
+    state = State(run_name="t")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Engine(state, Logger(state), [_class_with(name)()])
+
+
+def test_no_warning_when_the_class_also_has_the_hook_or_dispatches_itself():
+    class Both(Callback):
+        def batch_end(self, state, logger):
+            self.batch_ends(state)
+
+        def batch_ends(self, state):  # a helper of the real hook
+            pass
+
+    class Dispatches(Callback):  # its run_event calls its own on_* methods
+        def run_event(self, event, state, logger):
+            getattr(self, f"on_{event.value}", lambda: None)()
+
+        def on_batch_end(self):
+            pass
+
+    state = State(run_name="t")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Engine(state, Logger(state), [Both(), Dispatches()])
+
+
+def test_the_warning_comes_before_training_and_points_at_the_users_line():
+    class Typo(Callback):
+        def __init__(self):
+            self.calls = 0
+
+        def on_batch_end(self, state, logger):
+            self.calls += 1
+
+    typo = Typo()
+    with pytest.warns(
+        ObsbusWarning, match=r"Typo\.on_batch_end .* did you mean 'batch_end'"
+    ) as got:
+        run = Run(max_duration="1ba", callbacks=[typo])
+    assert got[0].filename == __file__
+    with run:
+        for _ in run.train([[1]]):
+            pass
+    assert typo.calls == 0  # as the warning said: nothing calls it
+
+
+def test_a_callback_added_later_is_checked_too():
+    state = State(run_name="t")
+    engine = Engine(state, Logger(state))
+    with pytest.warns(ObsbusWarning, match=r"Mine\.on_batch_end"):
+        engine.add_callback(_class_with("on_batch_end")())
+
+
+# ------------------------------------------------------------------ upload_file
+
+
+class OnlyUploads(LoggerDestination):
+    """Overrides ``upload_file`` and nothing else (no ``can_upload_files``), as Composer allows."""
+
+    def __init__(self, journal) -> None:
+        self.journal = journal
+
+    def upload_file(self, state, remote_file_name, file_path, *, overwrite=False):
+        self.journal.append((remote_file_name, file_path.name, overwrite))
+
+
+def test_upload_file_reaches_a_destination_that_only_overrides_upload_file(tmp_path):
+    journal = []
+    (tmp_path / "r-rank0.txt").write_text("x")
+    logger = Logger(State(run_name="r"), [OnlyUploads(journal), InMemoryLogger()])
+    logger.upload_file("{run_name}/a.txt", tmp_path / "a.txt", overwrite=True)
+    logger.upload_file("b.txt", str(tmp_path / "{run_name}-rank{rank}.txt"))  # as Composer
+    assert journal == [("r/a.txt", "a.txt", True), ("b.txt", "r-rank0.txt", False)]
+    assert not logger.has_file_upload_destination()  # Composer's meaning: can_upload_files()
+
+
+def test_a_path_with_braces_that_exists_is_taken_as_written(tmp_path):
+    journal = []
+    (tmp_path / "{literal}.txt").write_text("x")
+    Logger(State(run_name="r"), [OnlyUploads(journal)]).upload_file(
+        "c.txt", tmp_path / "{literal}.txt"
+    )
+    assert journal == [("c.txt", "{literal}.txt", False)]
+
+
+def test_files_handed_over_at_close_reach_an_upload_file_only_destination():
+    journal = []
+
+    class Writer(LoggerDestination):
+        def close(self, state, logger):
+            logger.upload_file("final.txt", "final.txt")
+
+    with Run(max_duration="1ba", loggers=[OnlyUploads(journal), Writer()]) as run:
+        for _ in run.train([[0]]):
+            pass
+    assert journal == [("final.txt", "final.txt", False)]
