@@ -110,7 +110,11 @@ class WandBLogger(TrackerDestination):
             obsbus uploads logs, traces and git metadata, so ``True``.
         rank_zero_only: only one rank logs (``logging_rank``); else one run per rank.
         init_kwargs: more ``wandb.init`` arguments (``config``, ``notes``,
-            ``settings``, ``resume``, ``id``, ``reinit``, ...); not the ones above.
+            ``settings``, ``resume``, ``id``, ``reinit``, ...). As in Composer
+            it may also hold ``project``, ``group``, ``name``, ``entity``,
+            ``tags``, ``mode`` and ``dir`` (= ``save_dir``): they are taken as
+            those arguments, with the same checks; one given both ways with
+            two different values is an error (Composer lets the argument win).
         mode: ``"online"``, ``"offline"`` (sync later with ``wandb sync``),
             ``"disabled"`` or ``"shared"``; default ``$WANDB_MODE`` or online.
             Online without ``WANDB_API_KEY`` is warned about at start.
@@ -166,6 +170,29 @@ class WandBLogger(TrackerDestination):
             close_timeout=close_timeout,
             max_queue_size=max_queue_size,
         )
+        if init_kwargs is not None and not isinstance(init_kwargs, Mapping):
+            raise TypeError(f"{cls} init_kwargs must be a dict, got {init_kwargs!r}.")
+        # wandb.init(**init_kwargs) at fit would fail on a key that isn't a str.
+        init_kwargs = check_mapping(cls, "init_kwargs", init_kwargs)
+        # Composer's init_kwargs may carry what the arguments give (WandBLogger(init_kwargs=
+        # {"mode": "offline"}) in Composer's own tests): taken as those arguments, checked alike.
+        own: dict[str, Any] = {"project": project, "group": group, "name": name,
+                               "entity": entity, "tags": tags, "mode": mode,
+                               "dir": save_dir}  # fmt: skip
+        for key in _OWN_INIT_ARGS:
+            if init_kwargs.get(key) is None:
+                init_kwargs.pop(key, None)
+                continue
+            value = init_kwargs.pop(key)
+            arg = "save_dir" if key == "dir" else key
+            if own[key] is not None and own[key] != value:
+                raise ValueError(
+                    f"{cls}: init_kwargs[{key!r}]={value!r} and {arg}={own[key]!r} disagree. "
+                    f"To fix, give {arg} once (Composer lets the argument win)."
+                )
+            own[key] = value
+        project, group, name, entity = own["project"], own["group"], own["name"], own["entity"]
+        tags, mode, save_dir = own["tags"], own["mode"], own["dir"]
         for what, value in (("project", project), ("group", group), ("name", name),
                             ("entity", entity)):  # fmt: skip
             _check_str(cls, what, value)
@@ -185,16 +212,6 @@ class WandBLogger(TrackerDestination):
                 )
         if mode is not None and mode not in _MODES:
             raise ValueError(f"{cls} mode must be one of {_MODES} or None, got {mode!r}.")
-        if init_kwargs is not None and not isinstance(init_kwargs, Mapping):
-            raise TypeError(f"{cls} init_kwargs must be a dict, got {init_kwargs!r}.")
-        # wandb.init(**init_kwargs) at fit would fail on a key that isn't a str.
-        init_kwargs = check_mapping(cls, "init_kwargs", init_kwargs)
-        clashes = sorted(set(init_kwargs or {}) & set(_OWN_INIT_ARGS))
-        if clashes:
-            raise ValueError(
-                f"{cls} init_kwargs may not hold {clashes}: give them as the {cls} arguments "
-                f"{', '.join(a if a != 'dir' else 'save_dir' for a in clashes)} instead."
-            )
         self.project = project
         self.group = group
         self.run_name = name

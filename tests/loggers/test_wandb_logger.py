@@ -339,8 +339,8 @@ def test_online_mode_without_an_api_key_is_warned_about(monkeypatch, caplog, mod
         ({"project": ""}, TypeError, "project must be a non-empty str or None, got ''"),
         ({"tags": "one"}, TypeError, "tags must be a list of str, got 'one'"),
         ({"tags": ["x" * 65]}, ValueError, "tags must be str of 1 to 64 characters"),
-        ({"init_kwargs": {"project": "p"}}, ValueError, r"init_kwargs may not hold \['project'\]"),
-        ({"init_kwargs": {"dir": "d"}}, ValueError, "arguments save_dir instead"),
+        ({"init_kwargs": {"project": "a/b"}}, ValueError, r"project must be at most 128 .* got 'a/b'"),
+        ({"init_kwargs": {"mode": "dryrun"}}, ValueError, r"mode must be one of \('online'"),
         ({"init_kwargs": ["x"]}, TypeError, "init_kwargs must be a dict"),
         ({"log_interval": "5sp"}, ValueError, "WandBLogger log_interval '5sp'"),
         ({"log_artifacts": "false"}, TypeError, "WandBLogger log_artifacts must be True or False, got 'false'"),
@@ -394,3 +394,37 @@ def test_the_wandb_service_is_torn_down():
     wandb.teardown()
     children = psutil.Process().children(recursive=True)
     assert not [p for p in children if "wandb" in " ".join(p.cmdline())]
+
+
+def test_init_kwargs_may_carry_the_arguments_as_in_composer(tmp_path):
+    """Composer's WandBLogger merges ``project``, ``group``, ``name``, ``entity`` and ``tags``
+    into ``init_kwargs`` (``composer/loggers/wandb_logger.py``), and its callback tests build
+    ``WandBLogger(init_kwargs={'mode': 'offline'})`` (``tests/callbacks/callback_settings.py``)."""
+    wb = WandBLogger(init_kwargs={"mode": "offline", "project": "p", "group": "g", "name": "n",
+                                  "entity": "e", "tags": ["t"], "dir": str(tmp_path),
+                                  "notes": "kept"})  # fmt: skip
+    assert wb.resolved_mode() == "offline"
+    assert (wb.project, wb.group, wb.run_name, wb.entity, wb.tags) == ("p", "g", "n", "e", ["t"])
+    assert wb.save_dir == tmp_path and wb.init_kwargs == {"notes": "kept"}
+    same = WandBLogger(project="p", init_kwargs={"project": "p", "name": None})
+    assert same.project == "p" and same.init_kwargs == {}
+
+
+def test_init_kwargs_and_an_argument_that_disagree_are_refused():
+    with pytest.raises(ValueError, match=r"WandBLogger: init_kwargs\['project'\]='a' and "
+                       r"project='b' disagree\. To fix, give project once"):
+        WandBLogger(project="b", init_kwargs={"project": "a"})
+    with pytest.raises(ValueError, match=r"init_kwargs\['dir'\]='x' and save_dir='y' disagree"):
+        WandBLogger(save_dir="y", init_kwargs={"dir": "x"})
+
+
+def test_init_kwargs_mode_and_name_reach_the_offline_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "online")  # init_kwargs' mode must win over it
+    wb = WandBLogger(init_kwargs={"mode": "offline", "name": "from-kwargs"}, log_env=False,
+                     log_git=False)
+    with Run(max_duration="1ba", loggers=[wb], run_folder=tmp_path) as run:
+        for _ in run.train([[0]]):
+            run.state.loss = torch.tensor(0.5)
+    written = the_run(tmp_path)
+    assert written.run.display_name == "from-kwargs"
+    assert written.series("loss/train/total") == ([1], [0.5])
