@@ -6,7 +6,7 @@ import math
 import re
 from enum import StrEnum
 
-__all__ = ["TimeUnit", "TimeUnitMismatchError"]
+__all__ = ["FractionalCountError", "TimeInputError", "TimeUnit", "TimeUnitMismatchError"]
 
 Number = int | float
 
@@ -39,11 +39,28 @@ class TimeUnit(StrEnum):
         return None
 
 
+# Where Composer raises another type than obsbus's rule (TypeError for a wrong type,
+# ValueError for a wrong value), the error is both, so Composer's `except` clauses port.
+
+
 class TimeUnitMismatchError(TypeError, RuntimeError):
     """Two times in different units were combined or compared.
 
-    A ``TypeError`` (obsbus's rule for a wrong operand) that is also the
-    ``RuntimeError`` Composer raises here, so ``except RuntimeError`` ports.
+    A ``TypeError`` (a wrong operand) that is also the ``RuntimeError`` Composer raises.
+    """
+
+
+class TimeInputError(TypeError, RuntimeError):
+    """``Time.from_input`` got no time: a wrong type, or a bare number without a unit.
+
+    A ``TypeError`` that is also the ``RuntimeError`` Composer raises.
+    """
+
+
+class FractionalCountError(ValueError, TypeError):
+    """A fractional number of epochs, batches, samples, tokens or iterations (``"1.5ep"``).
+
+    A ``ValueError`` (a wrong value) that is also the ``TypeError`` Composer raises.
     """
 
 
@@ -107,7 +124,7 @@ def check_value(
         return float(value)
     if unit in INTEGRAL_UNITS:
         if value != int(value):
-            raise ValueError(
+            raise FractionalCountError(
                 bad(
                     text,
                     f"a number of {UNIT_NAMES[unit]} must be a whole number (accepted: "

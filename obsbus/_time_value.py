@@ -8,6 +8,7 @@ from typing import Any, Union
 from obsbus._time_unit import (
     INTEGRAL_UNITS,
     Number,
+    TimeInputError,
     TimeUnit,
     TimeUnitMismatchError,
     bad,
@@ -153,15 +154,17 @@ class Time:
         if _is_number(value):
             if unit is None:
                 what = f"{name} {value!r}" if name else f"A bare number {value!r}"
-                raise TypeError(
+                raise TimeInputError(
                     f"{what} is ambiguous here; give a time string with a unit such as "
                     f"'{value}ba' or '{value}ep'."
                 )
             unit = to_unit(unit)
             return cls(check_value(value, unit, None, name), unit)
         if name:
-            raise TypeError(f"{name} must be a Time, a time string or a number, got {value!r}.")
-        raise TypeError(f"Expected a Time, a time string or a number, got {value!r}.")
+            raise TimeInputError(
+                f"{name} must be a Time, a time string or a number, got {value!r}."
+            )
+        raise TimeInputError(f"Expected a Time, a time string or a number, got {value!r}.")
 
     def to_timestring(self) -> str:
         """The time string that parses back to this time, e.g. ``'5ep'``."""

@@ -11,16 +11,38 @@ from __future__ import annotations
 
 from obsbus._time_seconds import Seconds
 from obsbus._time_stamp import Timestamp
+from obsbus._time_unit import (
+    FractionalCountError,
+    TimeInputError,
+    TimeUnit,
+    TimeUnitMismatchError,
+)
 from obsbus._time_unit import Number as Number  # for annotations elsewhere, not API
-from obsbus._time_unit import TimeUnit, TimeUnitMismatchError
 from obsbus._time_value import Time
 from obsbus._time_value import TimeLike as TimeLike
 
-__all__ = ["Seconds", "Time", "TimeUnit", "TimeUnitMismatchError", "Timestamp", "ensure_time"]
+__all__ = [
+    "FractionalCountError",
+    "Seconds",
+    "Time",
+    "TimeInputError",
+    "TimeUnit",
+    "TimeUnitMismatchError",
+    "Timestamp",
+    "ensure_time",
+]
 
 # The public home of these names: pickles and class reprs name it, and doctest finds the
 # class docstrings here (so examples live there, not in method docstrings).
-for _cls in (Seconds, Time, TimeUnit, TimeUnitMismatchError, Timestamp):
+for _cls in (
+    FractionalCountError,
+    Seconds,
+    Time,
+    TimeInputError,
+    TimeUnit,
+    TimeUnitMismatchError,
+    Timestamp,
+):
     _cls.__module__ = __name__
 del _cls
 

@@ -12,7 +12,7 @@ import pickle
 import pytest
 
 from obsbus import Time, Timestamp, TimeUnit
-from obsbus.time import TimeUnitMismatchError, ensure_time
+from obsbus.time import FractionalCountError, TimeInputError, TimeUnitMismatchError, ensure_time
 
 # ----------------------------------------------------------------------------- the names
 
@@ -148,20 +148,21 @@ def test_equality_across_units_is_false_where_composer_raises():
 
 
 def test_time_from_input():
-    """Composer tests/test_time.py::test_time_from_input. Its RuntimeErrors are TypeErrors in
-    obsbus (a deliberate difference: a wrong type), and each says what to pass instead."""
+    """Composer tests/test_time.py::test_time_from_input: RuntimeError, which obsbus's error
+    also is (and a TypeError, obsbus's rule for a wrong type); each says what to pass."""
     expected = Time(1, TimeUnit.EPOCH)
     assert Time.from_input(expected) == expected
     assert Time.from_input("1ep") == expected
     assert Time.from_input(1, TimeUnit.EPOCH) == expected
     assert Time.from_input(1, "ep") == expected
     assert Time.from_input(1, default_int_unit="ep") == expected  # Composer's keyword
-    with pytest.raises(TypeError, match=r"Expected a Time, a time string or a number, got None"):
+    with pytest.raises(RuntimeError, match=r"Expected a Time, a time string or a number, got None"):
         Time.from_input(None)
-    with pytest.raises(TypeError, match=r"got \[123\]"):
+    with pytest.raises(RuntimeError, match=r"got \[123\]"):
         Time.from_input([123])
-    with pytest.raises(TypeError, match=r"bare number 1 is ambiguous.*'1ba' or '1ep'"):
+    with pytest.raises(RuntimeError, match=r"bare number 1 is ambiguous.*'1ba' or '1ep'") as info:
         Time.from_input(1)
+    assert isinstance(info.value, TypeError) and isinstance(info.value, TimeInputError)
 
 
 def test_time_repr():
@@ -291,10 +292,13 @@ def test_timestamp_repr():
 
 @pytest.mark.parametrize("time_string", ["1.1iter", "1.5ep", "2.1ba", "3.2sp", "3.4tok"])
 def test_timestep_bad_strings(time_string):
-    """Composer tests/test_time.py::test_timestep_bad_strings. Deliberate difference: a
-    ValueError (a wrong value, not a wrong type; Composer raises TypeError) that says why."""
-    with pytest.raises(ValueError, match=r"must be a whole number.*To fix, round it"):
+    """Composer tests/test_time.py::test_timestep_bad_strings: TypeError, which obsbus's error
+    also is (and a ValueError, obsbus's rule for a wrong value); it says why."""
+    with pytest.raises(TypeError, match=r"must be a whole number.*To fix, round it") as info:
         Time.from_timestring(time_string)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, FractionalCountError)
+    with pytest.raises(TypeError, match="must be a whole number"):
+        Time(float(time_string[:3]), time_string[3:])
 
 
 def test_fractional_seconds_are_accepted():
