@@ -108,6 +108,16 @@ class RemoteUploaderDownloader(LoggerDestination):
         num_concurrent_uploads: worker threads.
         upload_staging_folder: where staged copies wait (default: a new
             temporary folder, removed at close when nothing failed).
+        use_procs: accepted for Composer's code, and changes nothing: obsbus
+            always uploads from worker threads, whatever it says. Composer
+            (default ``True``) spawns processes so that CPU work on the files
+            (checksums) can't hold the GIL against training; obsbus does no
+            such work on the training thread: ``upload_file`` only copies
+            the file, and the threads spend their time in network I/O and
+            the backend's native code, which release the GIL. Threads also
+            start at once (no spawn, no pickling of the store), share the
+            retry and failure records, and keep uploading what is queued
+            when the program ends without closing the uploader.
         num_attempts: attempts per file for transient errors.
         include: glob patterns of the remote file names (as handed to
             ``upload_file``) this uploader takes; ``None``: all. Route traces
@@ -147,6 +157,7 @@ class RemoteUploaderDownloader(LoggerDestination):
         file_path_format_string: str = "{remote_file_name}",
         num_concurrent_uploads: int = 4,
         upload_staging_folder: str | os.PathLike[str] | None = None,
+        use_procs: bool = True,
         num_attempts: int = 5,
         *,
         include: str | Sequence[str] | None = None,
@@ -176,6 +187,7 @@ class RemoteUploaderDownloader(LoggerDestination):
         self.include = check_patterns("include", include)
         self.exclude = check_patterns("exclude", exclude)
         self.progress_bar = check_bool(cls, "progress_bar", progress_bar)
+        self.use_procs = check_bool(cls, "use_procs", use_procs)  # threads either way (above)
         staging = check_folder(cls, "upload_staging_folder", upload_staging_folder, allow_none=True)
         # Relative to the working directory (not the run folder), so it can be checked now.
         self.upload_staging_folder = (

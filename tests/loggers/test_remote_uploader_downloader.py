@@ -143,11 +143,12 @@ def test_secrets_in_backend_kwargs_are_refused():
         ({"max_backoff": "1"}, TypeError, "max_backoff must be a finite number .*got '1'"),
         ({"progress_bar": "false"}, TypeError, "progress_bar must be True or False, got 'false'"),
         ({"upload_staging_folder": 5}, TypeError, "upload_staging_folder must be a folder path"),
+        ({"use_procs": "false"}, TypeError, "use_procs must be True or False, got 'false'"),
     ],
     ids=["attempts", "workers", "placeholder", "pattern", "pattern-int", "pattern-item",
          "timeout-nan", "timeout-inf", "timeout-0", "backoff-nan", "backoff-inf", "backoff-0",
          "max-backoff-nan", "max-backoff-inf", "max-backoff-0", "max-backoff-str", "bar-str",
-         "staging-int"],
+         "staging-int", "procs-str"],
 )
 def test_bad_arguments_fail_at_construction(kwargs, error, message):
     with pytest.raises(error, match=message):
@@ -860,3 +861,37 @@ def test_the_upload_queue_refuses_a_wait_that_never_ends_too(name):
                                          "got inf"):
         UploadQueue(build_object_store(memory_uri()), name="q", workers=1, attempts=1,
                     max_pending=1, **waits)
+
+
+@pytest.mark.parametrize("use_procs", [True, False])
+def test_use_procs_is_accepted_and_uploads_run_on_threads(tmp_path, use_procs):
+    """Composer's ``RemoteUploaderDownloader(..., use_procs=...)`` (its callback tests pass
+    ``use_procs=False, num_concurrent_uploads=1``; the default is True): accepted either way,
+    and obsbus uploads from threads, never from a child process."""
+    import multiprocessing
+
+    rud = RemoteUploaderDownloader(memory_uri(), use_procs=use_procs, num_concurrent_uploads=1,
+                                   **FAST)  # fmt: skip
+    assert rud.use_procs is use_procs
+    uploaders: list[str] = []
+    put = rud.store.upload
+
+    def recording(local, name, *, overwrite):
+        uploaders.append(threading.current_thread().name)
+        put(local, name, overwrite=overwrite)
+
+    rud.store.upload = recording
+    rud.upload_file(State(run_name="r"), "a.txt", write(tmp_path / "a.txt", b"a"))
+    assert rud.wait_for_uploads(10)
+    assert rud.store.objects["a.txt"] == b"a"
+    assert uploaders and threading.main_thread().name not in uploaders
+    assert multiprocessing.active_children() == []
+
+
+def test_composers_positional_order_is_accepted():
+    """Composer's order: bucket_uri, backend_kwargs, file_path_format_string,
+    num_concurrent_uploads, upload_staging_folder, use_procs, num_attempts."""
+    rud = RemoteUploaderDownloader(memory_uri(), None, "rank{rank}/{remote_file_name}", 2, None,
+                                   False, 3)  # fmt: skip
+    assert (rud.num_concurrent_uploads, rud.use_procs, rud.num_attempts) == (2, False, 3)
+    assert rud.file_path_format_string == "rank{rank}/{remote_file_name}"
