@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from obsbus._batch import default_num_samples, default_num_tokens, resolve_device, to_device
 from obsbus._check import check_bool, check_callable, check_mapping
+from obsbus._loss import combine_losses, detached, loss_metrics
+from obsbus._metrics import Metrics, MetricSet, check_metrics
 from obsbus._run_args import (
     check_callbacks,
     check_device,
@@ -23,9 +25,10 @@ from obsbus._signals import sigterm_as_exception
 from obsbus.callback import Callback
 from obsbus.engine import Engine
 from obsbus.event import Event
+from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.run_folder import RunFolder
-from obsbus.state import State
+from obsbus.state import State, check_precision
 from obsbus.time import Time, TimeLike, Timestamp, TimeUnit
 
 if TYPE_CHECKING:
@@ -131,6 +134,28 @@ class Run:
     A loop that calls none of the per-step methods still gets batch, epoch and
     fit events; set ``run.state.loss`` to have the loss logged.
 
+    **Metrics.** ``train_metrics=`` and ``eval_metrics=`` take torchmetrics-style
+    metrics (anything with ``update``, ``compute`` and ``reset``): one, a list
+    (each named by its class name, as in Composer) or ``{name: metric}``. They
+    are moved to the run's device; call ``run.update_metrics(outputs, targets)``
+    in the loop. Train metrics are computed every ``train_metrics_interval``
+    (default ``"1ba"``, Composer's every batch; a bare int is epochs), reset
+    after, and logged as ``metrics/train/{name}``; they are kept in
+    ``state.train_metrics``. Eval metrics are copied per dataloader label,
+    reset at ``eval_start``, computed at ``eval_end`` and logged as
+    ``metrics/{label}/{name}`` (next to ``metrics/{label}/loss``); they are kept
+    in ``state.eval_metrics[label]``. ``update`` and ``compute`` run on the
+    device and nothing is turned into a number: no host sync.
+
+    **Resuming.** ``timestamp=Timestamp(epoch=..., batch=..., sample=...)``
+    starts the run where an earlier one stopped (before ``init``), so steps,
+    intervals and ``max_duration`` continue from there (Composer restores it
+    from a checkpoint with ``load_path``).
+
+    ``precision`` (``"fp32"``, ``"amp_fp16"``, ``"amp_bf16"``) only records in
+    ``state.precision`` what the loop runs at; your loop does the autocast
+    (:class:`~obsbus.Trainer` does it for you).
+
     Example:
         >>> import torch
         >>> from obsbus.loggers import InMemoryLogger
@@ -170,6 +195,11 @@ class Run:
         profiler: Profiler | None = None,
         handle_sigterm: bool = True,
         strict: bool = False,
+        train_metrics: Metrics | None = None,
+        eval_metrics: Metrics | None = None,
+        train_metrics_interval: TimeLike = "1ba",
+        precision: str | None = None,
+        timestamp: Timestamp | None = None,
     ) -> None:
         if (eval_interval is None) != (eval_fn is None):
             raise ValueError(
@@ -198,6 +228,18 @@ class Run:
             None if check_device("Run", "device", device) is None else (resolve_device(device))
         )
         self._handle_sigterm = check_bool("Run", "handle_sigterm", handle_sigterm)
+        self._train_metrics = MetricSet(check_metrics("Run", "train_metrics", train_metrics))
+        self._eval_template = MetricSet(check_metrics("Run", "eval_metrics", eval_metrics))
+        self._eval_sets: dict[str, MetricSet] = {}
+        self._metrics_every = LogInterval(
+            train_metrics_interval, "Run train_metrics_interval", TimeUnit.EPOCH
+        )
+        precision = check_precision("Run", precision)
+        if timestamp is not None and not isinstance(timestamp, Timestamp):
+            raise TypeError(
+                f"Run timestamp must be an obsbus Timestamp (where a resumed run starts, e.g. "
+                f"Timestamp(epoch=2, batch=200)) or None, got {timestamp!r}."
+            )
         if device is None and model is not None:
             params = getattr(model, "parameters", None)
             first = next(iter(params()), None) if callable(params) else None
@@ -212,11 +254,21 @@ class Run:
             grad_accum=grad_accum,
             hparams=hparams,
             run_folder=run_folder,
+            precision=precision,
         )
+        if timestamp is not None:
+            self.state.timestamp = timestamp
+        if device is not None:
+            self._train_metrics.to(device)
+            self._eval_template.to(device)
+        self.state.train_metrics = self._train_metrics.metrics
         self.logger = Logger(self.state, loggers, strict=strict)
         self.engine = Engine(self.state, self.logger, callbacks)
         if profiler is not None:
             self.engine.attach_profiler(profiler)
+        # As Composer's state.callbacks: the destinations first, then every callback.
+        self.state.loggers = list(self.logger.destinations)
+        self.state.callbacks = [*self.state.loggers, *self.engine.callbacks]
         self._mode = "train"
         self._fitting = False
         self._in_eval_group = False
@@ -248,6 +300,7 @@ class Run:
                     self.engine.run_event(_ITERATION_START)
                     yield self
                     state = self.state
+                    self._log_train_metrics()  # what the last interval did not compute
                     state.timestamp = state.timestamp.to_next_iteration(self._elapsed())
                     self.engine.run_event(_ITERATION_END)
                     self.engine.run_event(_ITERATION_CHECKPOINT)
@@ -340,6 +393,8 @@ class Run:
                     return  # a cut epoch does not end
                 break
         state.timestamp = state.timestamp.to_next_epoch(self._elapsed())
+        if self._train_metrics and self._metrics_every.at_epoch_end(state):
+            self._log_train_metrics()
         run_event(_EPOCH_END)
         self._maybe_eval(_EPOCH_END)
         run_event(_EPOCH_CHECKPOINT)
@@ -353,20 +408,28 @@ class Run:
     def _end_batch(self) -> None:
         state, run_event = self.state, self.engine.run_event
         if self._loss_parts:
-            state.loss = _combine(self._loss_parts)  # already detached
+            state.loss = combine_losses(self._loss_parts)  # already detached
         elif state.loss is not None:  # set by the user's loop
-            state.loss = _detached(state.loss)
+            state.loss = detached(state.loss)
         run_event(_AFTER_TRAIN_BATCH)
         state.timestamp = state.timestamp.to_next_batch(
             state.batch_num_samples, state.batch_num_tokens, self._elapsed()
         )
-        if state.loss is not None:
+        metrics = {} if state.loss is None else loss_metrics(state.loss)
+        if self._train_metrics and self._metrics_every.at_batch_end(state):
+            metrics.update(self._train_metrics.compute("metrics/train/"))
+        if metrics:
             # Logged once the batch is counted, so its step matches what monitors log at batch_end.
-            self.logger.log_metrics(_loss_metrics(state.loss))
+            self.logger.log_metrics(metrics)
         run_event(_BATCH_END)
         if self._eval_interval is not None:
             self._maybe_eval(_BATCH_END)
         run_event(_BATCH_CHECKPOINT)
+
+    def _log_train_metrics(self) -> None:
+        computed = self._train_metrics.compute("metrics/train/")
+        if computed:
+            self.logger.log_metrics(computed)
 
     def _maybe_eval(self, event: Event) -> None:
         interval = self._eval_interval
@@ -438,7 +501,7 @@ class Run:
         self.state.loss = fn(*args, **kwargs)
         self.engine.run_event(_AFTER_LOSS)
         loss = self.state.loss
-        self._loss_parts.append((_detached(loss), weight))
+        self._loss_parts.append((detached(loss), weight))
         return loss
 
     def backward(self, loss: Any = None, **kwargs: Any) -> None:
@@ -446,6 +509,35 @@ class Run:
         self.engine.run_event(_BEFORE_BACKWARD)
         (self.state.loss if loss is None else loss).backward(**kwargs)
         self.engine.run_event(_AFTER_BACKWARD)
+
+    def update_metrics(self, outputs: Any, targets: Any) -> None:
+        """``metric.update(outputs, targets)`` for the metrics of the current phase.
+
+        In training, the ``train_metrics``; inside :meth:`eval`, the
+        ``eval_metrics`` of that dataloader. On the device, nothing converted:
+        no host sync. Train metrics are computed every
+        ``train_metrics_interval`` (and at the end of fit) and logged as
+        ``metrics/train/{name}``; eval metrics at ``eval_end``, as
+        ``metrics/{label}/{name}``. ``outputs`` is detached first.
+        """
+        current = self._current_metrics()
+        if current is not None:
+            current.update(outputs, targets)
+
+    def _update_metrics_from(self, model: Any, batch: Any, outputs: Any) -> None:
+        """What the Trainer calls: Composer's ``model.update_metric`` or ``(outputs, targets)``."""
+        current = self._current_metrics()
+        if current is not None:
+            current.update_with(model, batch, outputs)
+
+    def _current_metrics(self) -> MetricSet | None:
+        if self._mode == "train":
+            found: MetricSet | None = self._train_metrics
+        elif self._mode == "eval":
+            found = self._eval_sets.get(self.state.dataloader_label or "eval")
+        else:
+            return None
+        return found if found else None
 
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
         """Log metrics to every destination (values may be tensors)."""
@@ -492,6 +584,7 @@ class Run:
         state.dataloader_len = None if length is None else Time(length, TimeUnit.BATCH)
         state.eval_timestamp = Timestamp()
         self._eval_loss, self._eval_count = None, 0
+        metric_set = self._eval_metric_set(label)
         mark = time.perf_counter()
         run_event(_EVAL_START)
         for batch in dataloader:
@@ -505,11 +598,25 @@ class Run:
             mark = now
             run_event(_EVAL_BATCH_END)
         metrics = state.eval_metrics.setdefault(label, {})
+        logged = {} if metric_set is None else metric_set.compute(f"metrics/{label}/")
         if self._eval_count:
             metrics["loss"] = self._eval_loss / self._eval_count
-            self.logger.log_metrics({f"metrics/{label}/loss": metrics["loss"]})
+            logged = {f"metrics/{label}/loss": metrics["loss"], **logged}
+        if logged:
+            self.logger.log_metrics(logged)
         run_event(_EVAL_END)
         self._mode, state.dataloader, state.dataloader_label, state.dataloader_len = saved
+
+    def _eval_metric_set(self, label: str) -> MetricSet | None:
+        """The eval metrics of ``label``, reset: copies of ``eval_metrics``, one set per label."""
+        if not self._eval_template:
+            return None
+        found = self._eval_sets.get(label)
+        if found is None:
+            found = self._eval_sets[label] = self._eval_template.copy()
+        found.reset()
+        self.state.eval_metrics.setdefault(label, {}).update(found.metrics)
+        return found
 
     def predict(self, dataloader: Iterable[Any]) -> Iterator[Any]:
         """Yield the batches of ``dataloader`` between the predict events."""
@@ -525,79 +632,6 @@ class Run:
             run_event(_PREDICT_BATCH_END)
         run_event(_PREDICT_END)
         self._mode = saved
-
-
-def _detached(loss: Any) -> Any:
-    """``loss`` without its autograd graph: a tensor, or a dict/list/tuple of them."""
-    detach = getattr(loss, "detach", None)
-    if callable(detach):
-        return detach()
-    if isinstance(loss, Mapping):
-        return {key: _detached(value) for key, value in loss.items()}
-    if isinstance(loss, (list, tuple)):
-        return [_detached(value) for value in loss]
-    return loss
-
-
-def _loss_metrics(loss: Any) -> dict[str, Any]:
-    """What ``Run`` logs for a batch loss (as Composer): ``loss/train/total``, and for a
-    dict (list) loss ``loss/train/{key}`` (``{index}``) too, the total being its ``"total"``
-    entry or else the sum of the parts."""
-    if isinstance(loss, Mapping):
-        metrics = {f"loss/train/{key}": value for key, value in loss.items()}
-        if "total" not in loss:
-            metrics["loss/train/total"] = _sum(list(loss.values()))
-        return metrics
-    if isinstance(loss, (list, tuple)):
-        metrics = {f"loss/train/{i}": value for i, value in enumerate(loss)}
-        metrics["loss/train/total"] = _sum(list(loss))
-        return metrics
-    return {"loss/train/total": loss}
-
-
-def _sum(values: list[Any]) -> Any:
-    total = values[0] if values else 0.0
-    for value in values[1:]:
-        total = total + value
-    return total
-
-
-def _combine(parts: list[tuple[Any, float | None]]) -> Any:
-    """The batch loss from its microbatch losses: their mean, or their weighted sum.
-
-    A dict (list) loss is combined key by key (element by element); every
-    microbatch must then have the same keys (length).
-    """
-    if len(parts) == 1 and parts[0][1] is None:
-        return parts[0][0]
-    first = parts[0][0]
-    if isinstance(first, Mapping):
-        for loss, _ in parts[1:]:
-            if not isinstance(loss, Mapping) or set(loss) != set(first):
-                got = sorted(loss) if isinstance(loss, Mapping) else repr(loss)
-                raise ValueError(
-                    "Run.loss: the microbatch losses of one batch must have the same keys; "
-                    f"got {sorted(first)} and {got}."
-                )
-        return {key: _combine([(loss[key], w) for loss, w in parts]) for key in first}
-    if isinstance(first, (list, tuple)):
-        for loss, _ in parts[1:]:
-            if not isinstance(loss, (list, tuple)) or len(loss) != len(first):
-                raise ValueError(
-                    "Run.loss: the microbatch losses of one batch must have the same length; "
-                    f"got {len(first)} parts and {loss!r}."
-                )
-        return [_combine([(loss[i], w) for loss, w in parts]) for i in range(len(first))]
-    if any(w is not None for _, w in parts):
-        total = None
-        for loss, w in parts:
-            term = loss * (1.0 if w is None else w)
-            total = term if total is None else total + term
-        return total
-    total = parts[0][0]
-    for loss, _ in parts[1:]:
-        total = total + loss
-    return total / len(parts)
 
 
 @contextmanager

@@ -5,14 +5,19 @@ from __future__ import annotations
 import os
 import secrets
 import time as _time
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from obsbus import dist
+from obsbus._check import check_mapping
+from obsbus._run_args import check_duration, check_objects_with
 from obsbus.run_folder import RunFolder, os_user
 from obsbus.time import Time, TimeLike, Timestamp, TimeUnit
 
-__all__ = ["State", "default_run_name"]
+__all__ = ["PRECISIONS", "State", "check_precision", "check_state_device", "default_run_name"]
+
+#: The precisions a run may declare (Composer's ``Precision`` values but ``amp_fp8``).
+PRECISIONS = ("fp32", "amp_fp16", "amp_bf16")
 
 
 def default_run_name() -> str:
@@ -31,12 +36,57 @@ def default_run_name() -> str:
     return name
 
 
-def _as_list(value: Any) -> list[Any]:
+def check_precision(owner: str, value: object) -> str | None:
+    """``value`` as one of :data:`PRECISIONS` (a ``Precision``-like enum gives its value)."""
     if value is None:
-        return []
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
-        return list(value)
-    return [value]
+        return None
+    raw = getattr(value, "value", value)  # Composer's Precision is a str enum
+    if not isinstance(raw, str):
+        raise TypeError(
+            f"{owner} precision must be one of {', '.join(map(repr, PRECISIONS))} or None, "
+            f"got {value!r}."
+        )
+    if raw.lower() not in PRECISIONS:
+        hint = ""
+        if raw.lower() == "amp_fp8":
+            hint = " amp_fp8 needs TransformerEngine, which obsbus's Trainer does not drive."
+        raise ValueError(
+            f"{owner} precision {value!r} is not supported; accepted: "
+            f"{', '.join(map(repr, PRECISIONS))} or None.{hint}"
+        )
+    return raw.lower()
+
+
+def check_state_device(value: object) -> Any:
+    """``value`` if it names a device: a str or index torch parses, a ``torch.device``, None.
+
+    No availability check: a state describes the device of a loop that may run
+    elsewhere; :class:`~obsbus.Run` and :class:`~obsbus.Trainer` check that.
+    """
+    if value is None:
+        return None
+    accepted = "a device such as 'cpu', 'cuda', 'cuda:1', a torch.device or None"
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        if type(value).__name__ == "device" and hasattr(value, "type"):  # a torch.device
+            return value
+        raise TypeError(f"State device must be {accepted}, got {value!r}.")
+    import torch  # only for a device given by name: ``import obsbus`` stays light
+
+    try:
+        torch.device(value)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"State device must be {accepted}, got {value!r} ({exc}).") from None
+    return value
+
+
+def _check_optional_int(name: str, value: object, *, minimum: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"State {name} must be an int >= {minimum} or None, got {value!r}.")
+    if value < minimum:
+        raise ValueError(f"State {name} must be an int >= {minimum} or None, got {value!r}.")
+    return value
 
 
 class State:
@@ -62,11 +112,22 @@ class State:
         loss: the loss of the current microbatch at ``after_loss``, and of the
             whole batch from ``after_train_batch`` on (a tensor; not synced).
         outputs: the model's outputs for the current (micro)batch.
-        eval_metrics: ``{dataloader_label: {metric_name: value}}``.
-        dataloader: the current dataloader; ``dataloader_label`` names it.
+        train_metrics: ``{name: metric}``, the train metrics the loop updates
+            (torchmetrics-style objects; see :class:`~obsbus.Run`).
+        eval_metrics: ``{dataloader_label: {metric_name: value}}``: the eval
+            metric objects and the eval loss (a tensor) of each label.
+        callbacks: every plug-in the run dispatches to, destinations first
+            (as Composer's ``state.callbacks``); ``loggers``: the destinations.
+            Filled by :class:`~obsbus.Run`; changing them adds no plug-in.
+        dataloader: the current dataloader; ``dataloader_label`` names it
+            (set both with :meth:`set_dataloader`).
         dataloader_len: batches per epoch, when known, as a ``Time`` in ``ba``.
         device: the device the loop runs on, e.g. ``"cpu"`` or ``"cuda:0"``.
         grad_accum: microbatches per batch.
+        device_train_microbatch_size: samples per microbatch, when the loop knows it.
+        precision: ``"fp32"``, ``"amp_fp16"`` or ``"amp_bf16"`` (what the
+            forward runs at), or ``None`` when the loop does not say.
+        rank_zero_seed: the seed of rank 0, when the loop sets one.
         exception: the exception that is ending the run, at ``exception``.
         stop_requested: whether :meth:`stop_training` was called.
         profiler: the :class:`~obsbus.profiler.Profiler` attached to the run, or
@@ -74,10 +135,21 @@ class State:
         hparams: hyperparameters the loop knows about (logged at ``fit_start``
             by destinations that record them).
 
+    Every argument is checked when the state is built; a wrong one is a
+    ``TypeError``/``ValueError`` that quotes it and says what is accepted.
+
     Example:
         >>> state = State(run_name="demo", max_duration="10ba")
         >>> state.max_duration, state.timestamp.batch < "10ba"
         (Time(10, 'ba'), True)
+        >>> state = State(run_name="demo", precision="amp_bf16", rank_zero_seed=17)
+        >>> state.set_dataloader([[1], [2], [3]], "train")
+        >>> state.dataloader_label, state.dataloader_len, state.precision
+        ('train', Time(3, 'ba'), 'amp_bf16')
+        >>> State(max_duration=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: State max_duration must be a positive time such as '2ep', ... got 0: ...
     """
 
     def __init__(
@@ -92,11 +164,28 @@ class State:
         grad_accum: int = 1,
         hparams: dict[str, Any] | None = None,
         run_folder: str | os.PathLike[str] | RunFolder | None = None,
+        precision: str | None = None,
+        rank_zero_seed: int | None = None,
+        device_train_microbatch_size: int | None = None,
+        dataloader: Iterable[Any] | None = None,
+        dataloader_label: str | None = None,
     ) -> None:
         if run_name is not None and (not isinstance(run_name, str) or not run_name):
             raise ValueError(f"run_name must be a non-empty str, got {run_name!r}.")
         if isinstance(grad_accum, bool) or not isinstance(grad_accum, int) or grad_accum < 1:
             raise ValueError(f"grad_accum must be a positive int, got {grad_accum!r}.")
+        # Each argument is checked here, so a bad one fails when the state is built, by name.
+        if max_duration is not None:
+            max_duration = check_duration("State", "max_duration", max_duration)
+        hparams = check_mapping("State", "hparams", hparams)
+        self.device = check_state_device(device)
+        self.precision: str | None = check_precision("State", precision)
+        self.rank_zero_seed: int | None = _check_optional_int(
+            "rank_zero_seed", rank_zero_seed, minimum=0
+        )
+        self.device_train_microbatch_size: int | None = _check_optional_int(
+            "device_train_microbatch_size", device_train_microbatch_size, minimum=1
+        )
         self.run_name: str = run_name or default_run_name()
         self.run_folder = RunFolder.coerce(run_folder, self.run_name)
         self.rank_info: dist.RankInfo = dist.rank_info()
@@ -105,23 +194,117 @@ class State:
         self._max_duration: Time | None = None
         self.max_duration = max_duration
         self.model = model
-        self.optimizers: list[Any] = _as_list(optimizers)
-        self.schedulers: list[Any] = _as_list(schedulers)
-        self.device = device
+        self._optimizers: list[Any] = []
+        self._schedulers: list[Any] = []
+        self.optimizers = optimizers
+        self.schedulers = schedulers
         self.grad_accum = grad_accum
-        self.hparams: dict[str, Any] = dict(hparams or {})
+        self.hparams: dict[str, Any] = hparams
         self.batch: Any = None
         self.batch_num_samples: int = 0
         self.batch_num_tokens: int = 0
         self.loss: Any = None
         self.outputs: Any = None
+        self.train_metrics: dict[str, Any] = {}
         self.eval_metrics: dict[str, dict[str, Any]] = {}
+        self.callbacks: list[Any] = []
+        self.loggers: list[Any] = []
         self.dataloader: Any = None
         self.dataloader_label: str | None = None
         self.dataloader_len: Time | None = None
+        if dataloader_label is not None and not isinstance(dataloader_label, str):
+            raise TypeError(
+                f"State dataloader_label must be a non-empty str such as 'train' or None, got "
+                f"{dataloader_label!r}."
+            )
+        if dataloader is not None or dataloader_label is not None:
+            self.set_dataloader(dataloader, dataloader_label)
         self.exception: BaseException | None = None
         self.stop_requested = False
         self.profiler: Any = None
+
+    @property
+    def optimizers(self) -> list[Any]:
+        """Every optimizer, as a list (one assigned alone becomes a list of one, as in Composer)."""
+        return self._optimizers
+
+    @optimizers.setter
+    def optimizers(self, value: Any) -> None:
+        self._optimizers = check_objects_with(
+            "State",
+            "optimizers",
+            value,
+            "param_groups",
+            accepted="an optimizer (a torch.optim.Optimizer or anything with param_groups), "
+            "a list of them or None",
+        )
+
+    @property
+    def schedulers(self) -> list[Any]:
+        """Every LR scheduler, as a list (one assigned alone becomes a list of one)."""
+        return self._schedulers
+
+    @schedulers.setter
+    def schedulers(self, value: Any) -> None:
+        self._schedulers = check_objects_with(
+            "State",
+            "schedulers",
+            value,
+            "step",
+            accepted="an LR scheduler (anything with step()), a list of them or None",
+        )
+
+    def set_dataloader(
+        self,
+        dataloader: Iterable[Any] | None = None,
+        dataloader_label: str | None = None,
+        dataloader_len: int | Time | None = None,
+    ) -> None:
+        """Set the active dataloader and its label (Composer's ``State.set_dataloader``).
+
+        ``dataloader_len`` (batches) defaults to ``len(dataloader)`` when it has
+        one; ``-1`` means the same, as in Composer.
+        """
+        if dataloader is None:
+            dataloader_label = None
+        elif not hasattr(dataloader, "__iter__") or isinstance(dataloader, (str, bytes)):
+            raise TypeError(
+                f"State dataloader must be an iterable of batches or None, got {dataloader!r}."
+            )
+        elif not isinstance(dataloader_label, str) or not dataloader_label:
+            raise ValueError(
+                "State dataloader_label must be a non-empty str such as 'train' or 'eval' when "
+                f"a dataloader is set, got {dataloader_label!r}."
+            )
+        self.dataloader, self.dataloader_label = dataloader, dataloader_label
+        if dataloader is None:
+            self.dataloader_len = None
+            return
+        if dataloader_len is None or (
+            isinstance(dataloader_len, int)
+            and not isinstance(dataloader_len, bool)
+            and dataloader_len == -1
+        ):
+            try:
+                length: int | None = len(dataloader)  # type: ignore[arg-type]
+            except TypeError:
+                length = None
+            self.dataloader_len = None if length is None else Time(length, TimeUnit.BATCH)
+            return
+        if isinstance(dataloader_len, Time):
+            self.dataloader_len = dataloader_len
+            return
+        if isinstance(dataloader_len, bool) or not isinstance(dataloader_len, int):
+            raise TypeError(
+                "State dataloader_len must be a number of batches (an int >= 0, or -1 for "
+                f"len(dataloader)), got {dataloader_len!r}."
+            )
+        if dataloader_len < 0:
+            raise ValueError(
+                "State dataloader_len must be a number of batches (an int >= 0, or -1 for "
+                f"len(dataloader)), got {dataloader_len!r}."
+            )
+        self.dataloader_len = Time(dataloader_len, TimeUnit.BATCH)
 
     @property
     def max_duration(self) -> Time | None:

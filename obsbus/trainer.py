@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
 from obsbus._batch import split_batch
 from obsbus._check import check_callable, check_mapping
+from obsbus._metrics import Metrics, check_metrics
 from obsbus._run_args import (
     check_callbacks,
     check_device,
@@ -19,12 +20,20 @@ from obsbus._run_args import (
     check_optimizers,
     check_profiler,
 )
+from obsbus._trainer_args import (
+    autocast_for,
+    check_precision_on,
+    check_subset,
+    console_destinations,
+    grad_scaler_for,
+    subset,
+)
 from obsbus.callback import Callback
 from obsbus.logger import LoggerDestination
 from obsbus.run import EvalInterval, Run, _check_eval_interval
 from obsbus.run_folder import RunFolder
-from obsbus.state import State
-from obsbus.time import Time, TimeLike, TimeUnit
+from obsbus.state import State, check_precision
+from obsbus.time import TimeLike, Timestamp
 
 __all__ = ["Trainer"]
 
@@ -70,7 +79,8 @@ class Trainer:
             ``outputs.loss`` (Hugging Face style), with ``outputs = model(batch)``.
         train_dataloader: any iterable of batches (tensors, tuples, dicts).
         max_duration: when to stop: ``"2ep"``, ``"100ba"``, ``"10000sp"``,
-            ``"1e6tok"``, ``"10m"``; a bare int means epochs.
+            ``"1e6tok"``, ``"10m"``; a bare int means epochs. May be left out
+            and given to ``fit(duration=...)`` instead, as in Composer.
         optimizers: an optimizer or a list; default ``AdamW(lr=1e-3)``.
         schedulers: LR schedulers, stepped after every batch.
         loss_fn: see ``model``.
@@ -88,6 +98,29 @@ class Trainer:
         run_folder: where the run's files go: a path or a
             :class:`~obsbus.RunFolder` (default ``./runs/default/{user}/{run_name}``).
         strict: make destination failures raise (for tests).
+        progress_bar: add a :class:`~obsbus.loggers.ProgressBarLogger` on
+            ``console_stream`` unless ``loggers`` has one (Composer's default, True).
+        log_to_console: add a :class:`~obsbus.loggers.ConsoleLogger` printing
+            every ``console_log_interval`` (default ``"1ba"``, Composer's; a bare
+            int is epochs) on ``console_stream`` unless ``loggers`` has one.
+        console_stream: ``"stderr"`` (default), ``"stdout"`` or a text stream.
+        log_traces: the console destinations print traces too.
+        precision: ``"fp32"`` (default), ``"amp_bf16"`` or ``"amp_fp16"``: the
+            forward and the loss run under ``torch.autocast`` in that dtype
+            (CPU autocast for bf16 on the CPU; fp16 needs a GPU and gets a
+            ``torch.amp.GradScaler``). ``state.precision`` says which, and
+            :class:`~obsbus.callbacks.SpeedMonitor` sees the autocast for MFU.
+        train_subset_num_batches: end every epoch after this many batches
+            (``-1``, the default: the whole dataloader).
+        eval_subset_num_batches: evaluate this many batches of each eval
+            dataloader (``-1``: all of them).
+        train_metrics: torchmetrics-style metrics updated with every training
+            (micro)batch (see :class:`~obsbus.Run`): ``metric.update(outputs,
+            targets)``, targets being ``batch[1]`` (or ``batch["labels"]``), or
+            the model's Composer-style ``update_metric(batch, outputs, metric)``.
+        eval_metrics: the same, for every eval dataloader (a copy per label).
+        train_metrics_interval: how often train metrics are computed and logged.
+        timestamp: where a resumed run starts (see :class:`~obsbus.Run`).
 
     Example:
         >>> import torch
@@ -105,7 +138,7 @@ class Trainer:
         self,
         model: torch.nn.Module,
         train_dataloader: Iterable[Any],
-        max_duration: TimeLike,
+        max_duration: TimeLike | None = None,
         optimizers: Any = None,
         schedulers: Any = None,
         loss_fn: Callable[..., Any] | None = None,
@@ -123,6 +156,18 @@ class Trainer:
         hparams: dict[str, Any] | None = None,
         run_folder: str | os.PathLike[str] | RunFolder | None = None,
         strict: bool = False,
+        progress_bar: bool = True,
+        log_to_console: bool = False,
+        console_stream: str | TextIO = "stderr",
+        console_log_interval: TimeLike = "1ba",
+        log_traces: bool = False,
+        precision: str | None = None,
+        train_subset_num_batches: int = -1,
+        eval_subset_num_batches: int = -1,
+        train_metrics: Metrics | None = None,
+        eval_metrics: Metrics | None = None,
+        train_metrics_interval: TimeLike = "1ba",
+        timestamp: Timestamp | None = None,
     ) -> None:
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"Trainer model must be a torch.nn.Module, got {model!r}.")
@@ -133,17 +178,37 @@ class Trainer:
             )
         # What fit() would only trip over later (a loss_fn that can't be called, an eval
         # loader that isn't one, an optimizer that isn't one) is refused here, by name.
-        duration = check_duration("Trainer", "max_duration", max_duration)
+        duration = (
+            None
+            if max_duration is None
+            else check_duration("Trainer", "max_duration", max_duration)
+        )
         check_optimizers("Trainer", optimizers, schedulers)
         self.loss_fn: Callable[..., Any] | None = check_callable("Trainer", "loss_fn", loss_fn)
         self.eval_dataloaders = _check_eval_dataloaders(eval_dataloader)
         _check_eval_interval(eval_interval, "Trainer")
         callbacks = check_callbacks("Trainer", callbacks)
         loggers = check_loggers("Trainer", loggers)
+        loggers += console_destinations(
+            loggers,
+            progress_bar=progress_bar,
+            log_to_console=log_to_console,
+            console_stream=console_stream,
+            console_log_interval=console_log_interval,
+            log_traces=log_traces,
+        )
         check_profiler("Trainer", profiler)
         check_device("Trainer", "device", device)
         self.device = torch.device(
             device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+        )
+        self.precision = check_precision_on(check_precision("Trainer", precision), self.device)
+        self._scaler = grad_scaler_for(self.precision, self.device)
+        self.train_subset_num_batches = check_subset(
+            "train_subset_num_batches", train_subset_num_batches
+        )
+        self.eval_subset_num_batches = check_subset(
+            "eval_subset_num_batches", eval_subset_num_batches
         )
         model.to(self.device)
         self.model = model
@@ -151,9 +216,10 @@ class Trainer:
         if optimizers is None:
             optimizers = torch.optim.AdamW(model.parameters(), lr=1e-3)
         info = {
-            "max_duration": str(duration),
+            **({} if duration is None else {"max_duration": str(duration)}),
             "grad_accum": grad_accum,
             "device": str(self.device),
+            "precision": self.precision,
             "optimizers": [
                 type(o).__name__
                 for o in (optimizers if isinstance(optimizers, (list, tuple)) else [optimizers])
@@ -177,6 +243,11 @@ class Trainer:
             eval_fn=self._evaluate if self.eval_dataloaders else None,
             profiler=profiler,
             strict=strict,
+            train_metrics=check_metrics("Trainer", "train_metrics", train_metrics),
+            eval_metrics=check_metrics("Trainer", "eval_metrics", eval_metrics),
+            train_metrics_interval=train_metrics_interval,
+            precision=self.precision,
+            timestamp=timestamp,
         )
 
     @property
@@ -197,17 +268,27 @@ class Trainer:
         return self._run.engine
 
     def fit(self, *, duration: TimeLike | None = None) -> None:
-        """Train until ``max_duration``; ``duration`` extends it by that much more."""
+        """Train until ``max_duration``; ``duration`` trains that much more from now.
+
+        Without a ``max_duration`` at construction, ``duration`` is the
+        first one (Composer's ``fit(duration=...)``).
+        """
         state = self.state
         if duration is not None:
-            extra = Time.from_input(duration, default_unit=TimeUnit.EPOCH)
+            extra = check_duration("Trainer.fit", "duration", duration)
             state.max_duration = state.timestamp.get(extra.unit) + extra
+        elif state.max_duration is None:
+            raise ValueError(
+                "Trainer.fit: no max_duration: pass Trainer(..., max_duration='2ep') or "
+                "fit(duration='2ep')."
+            )
+        loader = subset(self.train_dataloader, self.train_subset_num_batches)
         with self._run.fitting():
-            for batch in self._run.train(self.train_dataloader):
+            for batch in self._run.train(loader):
                 self._train_batch(batch)
 
     def _train_batch(self, batch: Any) -> None:
-        run, state = self._run, self.state
+        run, state, scaler = self._run, self.state, self._scaler
         if not self.model.training:
             self.model.train()
         for opt in state.optimizers:
@@ -217,11 +298,21 @@ class Trainer:
         for micro in micros:
             weight = run._num_samples(micro) / total if total and len(micros) > 1 else None
             inputs = micro[0] if self.loss_fn is not None else micro
-            outputs = run.forward(self.model, inputs)
-            loss = run.loss(self._compute_loss, outputs, micro, weight=weight)
-            run.backward(loss if weight is None else loss * weight)
+            # after_forward and after_loss fire inside the autocast, so monitors see it.
+            with autocast_for(self.precision, self.device):
+                outputs = run.forward(self.model, inputs)
+                loss = run.loss(self._compute_loss, outputs, micro, weight=weight)
+            with torch.no_grad():
+                run._update_metrics_from(self.model, micro, outputs)
+            loss = loss if weight is None else loss * weight
+            run.backward(loss if scaler is None else scaler.scale(loss))
         for opt in state.optimizers:
-            opt.step()
+            if scaler is None:
+                opt.step()
+            else:
+                scaler.step(opt)
+        if scaler is not None:
+            scaler.update()
         for sched in state.schedulers:
             sched.step()
 
@@ -253,10 +344,12 @@ class Trainer:
         try:
             with torch.no_grad():
                 for label, loader in self.eval_dataloaders.items():
-                    for batch in run.eval(loader, label):
+                    for batch in run.eval(subset(loader, self.eval_subset_num_batches), label):
                         inputs = batch[0] if self.loss_fn is not None else batch
-                        outputs = run.forward(self.model, inputs)
-                        run.loss(self._compute_loss, outputs, batch)
+                        with autocast_for(self.precision, self.device):
+                            outputs = run.forward(self.model, inputs)
+                            run.loss(self._compute_loss, outputs, batch)
+                        run._update_metrics_from(self.model, batch, outputs)
         finally:
             self.model.train(was_training)
 

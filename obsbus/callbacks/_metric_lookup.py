@@ -7,8 +7,10 @@
   ``metrics/{label}/loss``) and any loop may fill with more metrics;
 - ``"train"`` with ``"loss"``: ``state.loss``, the loss of the batch just
   trained (logged as ``loss/train/total``);
-- ``"train"`` with any other name: ``state.eval_metrics["train"][name]``,
-  where a loop that computes training metrics puts them.
+- ``"train"`` with any other name: ``state.train_metrics[name]`` (the
+  ``train_metrics=`` of :class:`~obsbus.Run`/:class:`~obsbus.Trainer`, read
+  with ``compute()`` as Composer's stoppers do), else
+  ``state.eval_metrics["train"][name]``, where a loop may put its own.
 
 ``monitor`` may also be a logged key: ``"loss/train/total"`` means
 ``("train", "loss")`` and ``"metrics/{label}/{name}"`` means ``(label, name)``.
@@ -221,9 +223,14 @@ def read_metric(state: State, ref: MetricRef, owner: str) -> float:
                 "run.state.loss in the loop."
             )
         return _to_float(state.loss, ref, owner)
+    if ref.is_train and ref.name in state.train_metrics:
+        return _to_float(state.train_metrics[ref.name], ref, owner)
     metrics = state.eval_metrics.get(ref.label)
     if metrics is None:
-        where = "state.eval_metrics['train'] (train metrics other than 'loss' live there)"
+        where = (
+            f"state.train_metrics (which holds {sorted(state.train_metrics)}) and "
+            "state.eval_metrics['train']"
+        )
         raise ValueError(
             f"{owner}: no metrics for dataloader_label {ref.label!r}; labels with metrics: "
             f"{sorted(state.eval_metrics)}." + (f" Looked in {where}." if ref.is_train else "")

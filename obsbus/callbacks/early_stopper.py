@@ -73,8 +73,10 @@ class EarlyStopper(Callback):
       ``Run.eval`` fill; ``"loss"`` is ``metrics/{label}/loss``);
     - ``dataloader_label="train"``: ``monitor="loss"`` reads ``state.loss``
       (the batch loss logged as ``loss/train/total``), other names
-      ``state.eval_metrics["train"][monitor]``; checked at ``epoch_end``,
-      as in Composer.
+      ``state.train_metrics[monitor].compute()`` (the ``train_metrics=`` of
+      ``Trainer``/``Run``; else ``state.eval_metrics["train"][monitor]``);
+      checked at ``epoch_end``, and at every ``batch_end`` when ``patience``
+      is in batches, as in Composer.
 
     ``monitor`` may also be a logged key: ``"loss/train/total"`` or
     ``"metrics/{label}/{name}"``. A metric that is not there is a
@@ -84,7 +86,8 @@ class EarlyStopper(Callback):
 
     Each check turns the value into a float: one host transfer, which is a
     device sync for a GPU tensor. That is in the nature of a stop decision,
-    and it happens only at the checks above, never on other steps.
+    and it happens only at the checks above, never on other steps (a train
+    metric with ``patience`` in batches is checked, so synced, every batch).
 
     Logs no metrics; it says why it stopped on the ``obsbus`` logger.
 
@@ -192,8 +195,14 @@ class EarlyStopper(Callback):
             warnings.warn(message, ObsbusWarning, stacklevel=2)
 
     @override
+    def batch_end(self, state: State, logger: Logger) -> None:
+        # Composer checks a train metric every batch when patience counts batches.
+        if self.ref.is_train and self.patience.unit is TimeUnit.BATCH:
+            self._check(state)
+
+    @override
     def epoch_end(self, state: State, logger: Logger) -> None:
-        if self.ref.is_train:
+        if self.ref.is_train and self.patience.unit is not TimeUnit.BATCH:
             self._check(state)
 
     @override

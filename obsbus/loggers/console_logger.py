@@ -48,12 +48,25 @@ def format_value(value: Any) -> str:
 
 
 class ConsoleLogger(LoggerDestination):
-    """Prints the latest metrics every ``log_interval``, on local rank 0.
+    """Prints the latest metrics every ``log_interval``, on local rank 0, in Composer's format.
 
     Metrics logged between prints are held (as tensors, unsynced) and turned
-    into numbers together when a line is due. Eval metrics print at
-    ``eval_end``; hyperparameters print once, at the first ``fit_start``.
-    What is still held at ``fit_end`` is printed then.
+    into numbers together when a block is due. A block is a progress header
+    and one line per metric, prefixed ``Train`` or ``Eval`` as Composer's::
+
+        [epoch=1][batch=2/4]:
+        \t Train loss/train/total: 0.2500
+        [Eval batch=2/2] Eval on eval data:
+        \t Eval metrics/eval/loss: 0.1250
+
+    The header is ``[epoch=E][batch=B/N]`` when ``max_duration`` is in epochs
+    (or unknown), else ``[batch=B/T]``, ``[sample=...]``, ``[token=...]``:
+    progress in the unit of ``max_duration``, as Composer prints it. Train
+    blocks print at ``batch_end`` (a ``ba`` interval) or ``epoch_end`` (``ep``),
+    and once at ``fit_end`` for what is still held. An eval block prints at
+    each ``eval_end`` with what was logged during that evaluation; train
+    values held at the time stay held for the next train block (Composer drops
+    them). Hyperparameters print once, at the first ``fit_start``.
 
     Args:
         log_interval: ``"10ba"`` or ``"1ep"``; a bare int counts epochs, as in
@@ -67,8 +80,8 @@ class ConsoleLogger(LoggerDestination):
         >>> with Run(max_duration="2ba", loggers=[console]) as run:
         ...     for batch in run.train([[1, 2], [3, 4]]):
         ...         run.state.loss = 0.25
-        [epoch=1][batch=2/2]:
-            loss/train/total: 0.2500
+        [batch=2/2]:
+        \t Train loss/train/total: 0.2500
     """
 
     def __init__(
@@ -94,6 +107,7 @@ class ConsoleLogger(LoggerDestination):
         self.log_traces_enabled = check_bool("ConsoleLogger", "log_traces", log_traces)
         self._state: State | None = None
         self._pending: dict[str, Any] = {}
+        self._held_for_train: dict[str, Any] | None = None  # train values held during an eval
         self._hparams: dict[str, Any] = {}
         self._hparams_printed = False
         self._fitting = False
@@ -132,28 +146,34 @@ class ConsoleLogger(LoggerDestination):
     @override
     def log_traces(self, traces: Mapping[str, Any]) -> None:
         if self.log_traces_enabled:
-            self._write("Traces:\n" + "\n".join(f"    {k}: {v}" for k, v in traces.items()))
+            self._write("\n".join(f"[trace]: {k}: {v}" for k, v in traces.items()))
 
-    def _prefix(self) -> str:
-        if self._state is None:
-            return ""
-        ts = self._state.timestamp
-        total = self._state.dataloader_len
-        batch = (
-            f"{ts.batch_in_epoch.value}/{total.value}"
-            if total is not None
-            else str(ts.batch_in_epoch.value)
-        )
-        return f"[epoch={ts.epoch.value + 1}][batch={batch}]"
+    @staticmethod
+    def _progress(state: State) -> str:
+        """Composer's train progress: ``[epoch=1][batch=2/4]`` or ``[batch=2/10]``."""
+        ts, duration = state.timestamp, state.max_duration
+        if duration is None or duration.unit is TimeUnit.EPOCH:
+            batch, epoch = ts._batch_in_epoch, ts._epoch
+            total = state.dataloader_len
+            if batch == 0 and epoch != 0:  # at epoch_end the count has moved to the next epoch
+                epoch -= 1
+                batch = int(total.value) if total is not None else batch
+            shown = f"{batch}/{int(total.value)}" if total is not None else str(batch)
+            return f"[epoch={epoch + 1}][batch={shown}]"
+        unit = duration.unit
+        done = ts.get(unit).value
+        return f"[{unit.name.lower()}={format_value(done)}/{format_value(duration.value)}]"
 
-    def _print_pending(self, prefix: str) -> None:
+    def _block(self, header: str, prefix: str, metrics: Mapping[str, Any]) -> None:
+        values = to_host(metrics)
+        lines = "".join(f"\n\t {prefix}{k}: {format_value(v)}" for k, v in values.items())
+        self._write(header + (":" if values else "") + lines)
+
+    def _print_train(self, state: State) -> None:
         if not self._pending:
             return
-        values = to_host(self._pending)
-        self._pending = {}
-        self._write(
-            f"{prefix}:\n" + "\n".join(f"    {k}: {format_value(v)}" for k, v in values.items())
-        )
+        pending, self._pending = self._pending, {}
+        self._block(self._progress(state), "Train ", pending)
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:
@@ -163,32 +183,38 @@ class ConsoleLogger(LoggerDestination):
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_batch_end(state):
-            self._print_pending(self._prefix())
+            self._print_train(state)
 
     @override
     def epoch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_epoch_end(state):
-            ts = state.timestamp
-            self._print_pending(f"[epoch={ts.epoch.value}][end]")
+            self._print_train(state)
+
+    @override
+    def eval_start(self, state: State, logger: Logger) -> None:
+        if self._held_for_train is None:
+            self._held_for_train, self._pending = self._pending, {}
 
     @override
     def eval_end(self, state: State, logger: Logger) -> None:
         label = state.dataloader_label or "eval"
-        eval_keys = {k: v for k, v in self._pending.items() if k.startswith(f"metrics/{label}/")}
-        if eval_keys:
-            for key in eval_keys:
-                del self._pending[key]
-            values = to_host(eval_keys)
-            self._write(
-                f"[eval {label}] after {state.timestamp.batch}:\n"
-                + "\n".join(f"    {k}: {format_value(v)}" for k, v in values.items())
-            )
+        done = state.eval_timestamp._batch
+        total = state.dataloader_len
+        header = f"[Eval batch={done}/{int(total.value) if total is not None else done}]"
+        pending, self._pending = self._pending, {}
+        if pending:
+            self._block(f"{header} Eval on {label} data", "Eval ", pending)
+        held, self._held_for_train = self._held_for_train, None
+        if held:
+            self._pending = {**held, **self._pending}
 
     @override
     def fit_end(self, state: State, logger: Logger) -> None:
-        self._print_pending(f"[fit end][batch={state.timestamp.batch.value}]")
+        self._print_train(state)  # what is still held: nothing logged is dropped
         self._fitting = False
 
     @override
     def eval_standalone_end(self, state: State, logger: Logger) -> None:
-        self._print_pending("[eval]")
+        if self._pending:
+            pending, self._pending = self._pending, {}
+            self._block("[eval]", "Eval ", pending)

@@ -380,7 +380,8 @@ def test_train_loss_that_was_never_set_is_a_clear_error():
 def test_train_metric_other_than_loss_missing():
     stopper = ThresholdStopper("accuracy", "train", 0.9, stop_on_batch=True)
     with pytest.raises(ValueError, match=r"no metrics for dataloader_label 'train'; labels with "
-                                         r"metrics: \[\]. Looked in state.eval_metrics\['train'\]"), \
+                                         r"metrics: \[\]. Looked in state.train_metrics \(which holds \[\]\) and "
+                                         r"state.eval_metrics\['train'\]"), \
             Run(max_duration="2ba", callbacks=[stopper]) as run:
         for _ in run.train([[0], [1]]):
             run.state.loss = torch.tensor(1.0)
@@ -447,7 +448,7 @@ def test_an_eval_metric_syncs_once_per_eval_and_never_on_training_steps():
     trainer = Trainer(model, regression_data(3), "2ep", loss_fn=F.mse_loss,
                       optimizers=torch.optim.SGD(model.parameters(), lr=0.01),  # Adam's step syncs
                       eval_dataloader=regression_data(1), callbacks=[stopper, recorder],
-                      device="cpu")
+                      device="cpu", progress_bar=False)  # the bar's lines convert (its own steps)
     with spy, trainer:
         trainer.fit()
     assert [calls for where, _, calls in recorder.log if where == "batch"] == [[]] * 6

@@ -14,7 +14,7 @@ from ..helpers import regression_data, tiny_model
 
 def fit(console, duration="2ep", **kwargs):
     with Trainer(tiny_model(), regression_data(4), duration, loss_fn=F.mse_loss,
-                 loggers=[console], device="cpu", **kwargs) as trainer:
+                 loggers=[console], device="cpu", progress_bar=False, **kwargs) as trainer:
         trainer.fit()
     return trainer
 
@@ -26,7 +26,8 @@ def test_prints_every_n_batches_with_progress():
     headers = re.findall(r"^\[epoch=\d+\]\[batch=\d+/\d+\]:$", text, flags=re.M)
     assert headers == ["[epoch=1][batch=2/4]:", "[epoch=1][batch=4/4]:", "[epoch=2][batch=2/4]:",
                        "[epoch=2][batch=4/4]:"]
-    values = re.findall(r"^    loss/train/total: (\d+\.\d{4})$", text, flags=re.M)
+    # Composer's line shape: a tab, a space, the Train prefix, the key.
+    values = re.findall(r"^\t Train loss/train/total: (\d+\.\d{4})$", text, flags=re.M)
     assert len(values) == 4
 
 
@@ -35,9 +36,13 @@ def test_epoch_interval_and_eval_metrics():
     fit(ConsoleLogger(log_interval="1ep", stream=out),
         eval_dataloader=regression_data(2, seed=1))
     text = out.getvalue()
-    assert text.count("[epoch=1][end]:") == 1 and text.count("[epoch=2][end]:") == 1
-    assert text.count("[eval eval] after 4ba:") == 1 and text.count("[eval eval] after 8ba:") == 1
-    assert len(re.findall(r"^    metrics/eval/loss: \d+\.\d{4}$", text, flags=re.M)) == 2
+    # At epoch_end Composer shows the epoch just ended, with all its batches.
+    assert text.count("[epoch=1][batch=4/4]:") == 1 and text.count("[epoch=2][batch=4/4]:") == 1
+    assert text.count("[Eval batch=2/2] Eval on eval data:") == 2
+    assert len(re.findall(r"^\t Eval metrics/eval/loss: \d+\.\d{4}$", text, flags=re.M)) == 2
+    # The eval block holds only what the evaluation logged; train values wait for their block.
+    blocks = text.split("[Eval batch=2/2] Eval on eval data:")[1:]
+    assert all("Train" not in block.split("\n[")[0] for block in blocks)
 
 
 def test_hyperparameters_printed_once_at_fit_start():
@@ -63,7 +68,7 @@ def test_only_local_rank_zero_prints(monkeypatch):
 
 def test_stdout_stream_is_resolved_at_write_time(capsys):
     fit(ConsoleLogger(log_interval="1ba", stream="stdout"), duration="1ba")
-    assert "[epoch=1][batch=1/4]:" in capsys.readouterr().out
+    assert "[batch=1/1]:" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -84,3 +89,32 @@ def test_stdout_stream_is_resolved_at_write_time(capsys):
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
         ConsoleLogger(**kwargs)
+
+
+@pytest.mark.parametrize(("duration", "header"), [("6ba", "[batch=6/6]:"), ("48sp", "[sample=48/48]:")],
+                         ids=["batches", "samples"])
+def test_the_header_counts_in_the_unit_of_max_duration(duration, header):
+    """Composer's _get_progress_string: ``[{unit}={done}/{total}]`` outside epochs."""
+    out = io.StringIO()
+    fit(ConsoleLogger(log_interval="3ba", stream=out), duration=duration)
+    assert header in out.getvalue().splitlines()
+
+
+def test_train_values_held_during_an_eval_print_in_the_next_train_block():
+    """Composer clears them at eval_start; obsbus keeps them for the train block."""
+    from obsbus import Run
+
+    out = io.StringIO()
+
+    def evaluate(run):
+        for _ in run.eval([[0]]):
+            run.log_metrics({"metrics/eval/acc": 0.5})
+
+    with Run(max_duration="2ba", loggers=[ConsoleLogger(log_interval="2ba", stream=out)],
+             eval_interval="1ba", eval_fn=evaluate) as run:
+        for (i,) in run.train([[1], [2]]):
+            run.log_metrics({f"trainer/x{i}": float(i)})
+    text = out.getvalue()
+    assert text.count("\t Eval metrics/eval/acc: 0.5000") == 2
+    train = "[batch=2/2]:\n\t Train trainer/x1: 1.0000\n\t Train trainer/x2: 2.0000\n"
+    assert text.index("Eval on eval data") < text.index(train) < text.rindex("Eval on eval data")
