@@ -13,7 +13,7 @@ from typing import Any
 
 from typing_extensions import override
 
-from obsbus._check import check_folder, check_mapping
+from obsbus._check import check_folder, check_folder_at_init, check_mapping
 from obsbus.errors import MissingExtraError
 from obsbus.logger import Logger
 from obsbus.loggers._tensorboard_summaries import image_arrays
@@ -78,6 +78,10 @@ class CometMLLogger(TrackerDestination):
     ``obsbus.group`` = the run name, so the ranks of a run can be found
     together.
 
+    The first seven arguments are Composer's, in Composer's order
+    (``workspace``, ``project_name``, ``log_code``, ``log_graph``, ``name``,
+    ``rank_zero_only``, ``exp_kwargs``); the rest are keyword-only.
+
     Args:
         workspace: the Comet workspace (default: the account's own).
         project_name: the Comet project (default ``{work_group}_{user}``).
@@ -85,7 +89,8 @@ class CometMLLogger(TrackerDestination):
         online: log to Comet's servers; ``False`` writes an offline zip.
         offline_directory: where the offline zip goes; relative paths are
             taken from the run folder; placeholders such as ``{run_name}`` are
-            filled.
+            filled. An existing file there is an error at ``init`` (an
+            absolute path: at construction), naming the parameter and path.
         log_interval: when held metrics may be handed to comet (see ``write_period``).
         rank_zero_only: only rank 0 logs; otherwise every rank, each its own experiment.
         log_code, log_graph, auto_param_logging, auto_metric_logging: comet's
@@ -117,17 +122,17 @@ class CometMLLogger(TrackerDestination):
         self,
         workspace: str | None = None,
         project_name: str | None = None,
-        *,
+        log_code: bool = False,
+        log_graph: bool = False,
         name: str | None = None,
+        rank_zero_only: bool = True,
+        exp_kwargs: Mapping[str, Any] | None = None,
+        *,
         online: bool = True,
         offline_directory: str | os.PathLike[str] | None = None,
         log_interval: TimeLike = "1ba",
-        rank_zero_only: bool = True,
-        log_code: bool = False,
-        log_graph: bool = False,
         auto_param_logging: bool = False,
         auto_metric_logging: bool = False,
-        exp_kwargs: Mapping[str, Any] | None = None,
         log_env: bool = True,
         log_git: bool = True,
         write_period: float = 1.0,
@@ -221,10 +226,12 @@ class CometMLLogger(TrackerDestination):
     def init(self, state: State, logger: Logger) -> None:
         if not self.online:
             folder = self.offline_directory
-            self._offline_dir = (
+            self._offline_dir = check_folder_at_init(  # a relative one is known only now
+                type(self).__name__,
+                "offline_directory",
                 state.run_folder.root / "comet"
                 if folder is None
-                else state.run_folder.resolve(logger.format_name(folder))
+                else state.run_folder.resolve(logger.format_name(folder)),
             )
         super().init(state, logger)
 

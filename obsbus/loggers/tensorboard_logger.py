@@ -12,7 +12,7 @@ from typing import Any
 
 from typing_extensions import override
 
-from obsbus._check import check_folder
+from obsbus._check import check_folder, check_folder_at_init
 from obsbus.errors import MissingExtraError
 from obsbus.logger import Logger
 from obsbus.loggers._tensorboard_files import EventFiles
@@ -123,7 +123,11 @@ class TensorboardLogger(TrackerDestination):
     close in the order given, so list the one that stores files after this.
 
     Args:
-        log_dir: where event files go (default: the run folder's ``tensorboard/``).
+        log_dir: where event files go (default: the run folder's ``tensorboard/``;
+            Composer's is ``./tensorboard_logs``). A relative one resolves against
+            the run folder (Composer: the working directory) and placeholders are
+            filled at ``init``; an existing file there is an error then (an
+            absolute one: at construction), naming ``log_dir`` and the path.
         log_interval: when held metrics may be written (Primus's
             ``tensorboard_log_interval``; ``"1ba"``, ``"1ep"``, a bare int is
             batches), and the steps the derived keys (above) are taken at.
@@ -161,10 +165,10 @@ class TensorboardLogger(TrackerDestination):
     def __init__(
         self,
         log_dir: str | os.PathLike[str] | None = None,
-        *,
-        log_interval: TimeLike = "1ba",
         flush_interval: int = 100,
         rank_zero_only: bool = True,
+        *,
+        log_interval: TimeLike = "1ba",
         queue_size: int = 1000,
         log_learning_rate: bool = True,
         log_loss_scale: bool = True,
@@ -251,6 +255,9 @@ class TensorboardLogger(TrackerDestination):
             self._root = state.run_folder.tensorboard_dir
         else:
             self._root = state.run_folder.resolve(logger.format_name(self.log_dir))
+        # A relative log_dir (or one with placeholders) is known only now: a file there fails
+        # here, naming it, not on the writer thread at the first event file.
+        check_folder_at_init(type(self).__name__, "log_dir", self._root)
         super().init(state, logger)
 
     def _derived(self, state: State) -> dict[str, Any]:

@@ -336,3 +336,25 @@ def test_importing_the_module_does_not_import_comet_ml():
     code = "import sys, obsbus.loggers.comet_ml_logger; print('comet_ml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("folder", ["taken", "{run_name}"], ids=["relative", "placeholder"])
+def test_a_file_for_a_relative_offline_directory_fails_at_init(tmp_path, folder):
+    """A relative offline_directory resolves against the run folder only at init: a file there
+    is named then, not found at close when the zip is written."""
+    from obsbus import Run
+
+    (tmp_path / "taken").write_text("a file")
+    comet = CometMLLogger(online=False, offline_directory=folder, log_env=False, log_git=False)
+    with pytest.raises(NotADirectoryError, match=r"CometMLLogger offline_directory must be a "
+                       rf"folder, and {str(tmp_path / 'taken')!r} is an existing file\. To fix"):
+        Run(max_duration="1ba", run_name="taken", run_folder=tmp_path, loggers=[comet])
+
+
+def test_composers_positional_order():
+    """Composer's ``CometMLLogger(workspace, project_name, log_code, log_graph, name,
+    rank_zero_only, exp_kwargs)``."""
+    comet = CometMLLogger("ws", "proj", True, False, "exp", False, {"log_env_gpu": True}, online=False)
+    assert (comet.workspace, comet.project_name, comet.experiment_name) == ("ws", "proj", "exp")
+    assert comet.rank_zero_only is False
+    assert comet.exp_kwargs["log_code"] is True and comet.exp_kwargs["log_env_gpu"] is True

@@ -420,3 +420,20 @@ def test_numpy_values_are_scalars_and_numpy_hyperparameters_numbers(tmp_path):
     start = session(read(tmp_path / "run" / "tensorboard")).hparams
     assert {k: hparam(start[k]) for k in hparams} == {
         "lr": 0.5, "layers": 4.0, "tied": False, "sizes": "[1, 2]"}  # fmt: skip
+
+
+@pytest.mark.parametrize("log_dir", ["taken", "{run_name}"], ids=["relative", "placeholder"])
+def test_a_file_for_a_relative_log_dir_fails_at_init(tmp_path, log_dir):
+    """A relative log_dir resolves against the run folder only at init: a file there is named
+    then, not found on the writer thread when the first event file opens."""
+    (tmp_path / "taken").write_text("a file")
+    tb = TensorboardLogger(log_dir=log_dir, log_env=False, log_git=False)  # can't be told yet
+    with pytest.raises(NotADirectoryError, match=r"TensorboardLogger log_dir must be a folder, "
+                       rf"and {str(tmp_path / 'taken')!r} is an existing file\. To fix"):
+        Run(max_duration="1ba", run_name="taken", run_folder=tmp_path, loggers=[tb])
+
+
+def test_composers_positional_order(tmp_path):
+    """Composer's ``TensorboardLogger(log_dir, flush_interval, rank_zero_only)``."""
+    tb = TensorboardLogger(str(tmp_path / "tb"), 7, False)
+    assert (tb.log_dir, tb.flush_interval, tb.rank_zero_only) == (str(tmp_path / "tb"), 7, False)
