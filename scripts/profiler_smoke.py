@@ -4,7 +4,8 @@ Trains a small model for 8 batches (one epoch) with
 ``cyclic_schedule(wait=0, warmup=1, active=2, repeat=2)``, a JSONTraceHandler
 and ``torch.profiler`` (``torch_prof_folder``), in a temporary folder, with no
 network. Two windows are recorded: batches 1-2 and 4-5 (0-based; 0 and 3 warm
-up, 6 and 7 are skipped). Checks that each window's obsbus trace and
+up, 6 and 7 are skipped); the obsbus trace holds the warm-up batch too (markers
+record in warm-up batches, as Composer's do). Checks that each window's obsbus trace and
 torch.profiler trace exist, and the merged trace; that every file parses as a
 Chrome trace, holds only documented event phases, and that every ``B`` has its
 ``E`` on the same pid/tid with ``ts`` never going back. Prints one line per
@@ -34,7 +35,10 @@ from obsbus.profiler.profiler import Profiler
 from obsbus.profiler.schedule import cyclic_schedule
 
 BATCHES = 8
-WINDOWS = {3: (1, 2), 6: (4, 5)}  # batches done at the save -> the batches recorded
+# batches done at the save -> the batches torch.profiler records (after its warm-up batch)
+WINDOWS = {3: (1, 2), 6: (4, 5)}
+#: The batches in the obsbus trace of each window: the warm-up batch, then the recorded ones.
+MARKED = {done: (recorded[0] - 1, *recorded) for done, recorded in WINDOWS.items()}
 # The phases of the Trace Event Format (duration, complete, instant, counter, async,
 # flow, sample, object, metadata, memory dump, mark, context).
 PHASES = frozenset("BEXiICbnestfPNODMVvRc()")
@@ -103,7 +107,7 @@ def checks(folder: Path, profiler: Profiler) -> dict[str, Callable[[], str]]:
 
     def check_json() -> str:
         counts = []
-        for done, recorded in WINDOWS.items():
+        for done, recorded in MARKED.items():
             events = load(traces / f"ep0-ba{done}-rank0.json")
             batches = sorted(
                 e["args"]["batch"] for e in events if e["name"] == "event/batch" and e["ph"] == "B"
@@ -128,7 +132,7 @@ def checks(folder: Path, profiler: Profiler) -> dict[str, Callable[[], str]]:
         assert {e["pid"] for e in events} == {0}, "merged: expected one rank row"
         assert steps(events) == [1, 2, 4, 5], f"merged: torch steps {steps(events)}"
         spans = sum(e["name"] == "event/batch" and e["ph"] == "B" for e in events)
-        assert spans == 4, f"merged: {spans} event/batch spans"
+        assert spans == 6, f"merged: {spans} event/batch spans"
         return f"{len(events)} events: obsbus spans and torch.profiler steps on rank 0"
 
     return {

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -16,9 +14,10 @@ from typing_extensions import override
 from obsbus import dist
 from obsbus._check import check_bool, check_folder, check_folder_at_init
 from obsbus.logger import Logger
-from obsbus.loggers._remote_folder import RemoteFiles, check_remote_uri, join
+from obsbus.loggers._remote_folder import RemoteFiles, check_remote_uri
 from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
 from obsbus.naming import check_placeholders
+from obsbus.profiler import _json_trace as jt
 from obsbus.profiler.profiler_action import ProfilerAction
 from obsbus.profiler.trace_handler import TraceHandler
 from obsbus.state import State
@@ -52,21 +51,32 @@ class JSONTraceHandler(TraceHandler):
     traces written by others and handed to :meth:`process_chrome_json_trace_file`
     (``torch.profiler``'s, from :class:`~obsbus.profiler.torch_profiler.TorchProfiler`)
     are listed in :attr:`chrome_traces` and merged too, on their rank's row. Each
-    file is handed to ``logger.upload_file`` as ``{run_name}/traces/<file name>``,
-    or ``<path>/<file name>`` with ``remote_folder``.
+    file is handed to ``logger.upload_file`` under the name
+    ``remote_file_name`` (or ``merged_trace_remote_file_name``) gives it.
+
+    The arguments are Composer's, with its defaults, except that ``folder`` is
+    relative to the run folder (``'traces'``; Composer's ``'{run_name}/traces'``
+    is relative to the working directory), the merge happens once, at
+    ``close``, and ``num_traces_to_keep=0`` is refused.
 
     Args:
         folder: where traces go; relative to the run folder.
         filename: one trace per saved window; placeholders ``{epoch}``,
             ``{batch}``, ``{rank}``, ``{run_name}``, ...
+        remote_file_name: each trace's uploaded name (a bucket URI works too:
+            ``"s3://bucket/{run_name}/traces/ep{epoch}-ba{batch}-rank{rank}.json"``);
+            ``None``: not uploaded.
         merged_trace_filename: the merged trace (in ``folder``), or ``None``.
+        merged_trace_remote_file_name: its uploaded name (or URI); ``None``: not uploaded.
         overwrite: replace existing files; otherwise a folder that already holds
             traces is an error at ``init``.
         num_traces_to_keep: how many per-window traces to keep (``-1``: all).
-        remote_folder: a bucket URI, e.g. ``"s3://bucket/{run_name}/traces"``:
-            every trace and the merged trace go there, through the uploader in
-            ``loggers`` that stores the bucket, else one the handler makes (and
-            closes after the merged trace).
+        remote_folder: obsbus's shorthand for both remote names: a bucket URI
+            such as ``"s3://bucket/{run_name}/traces"`` (or a plain remote
+            folder) that every trace goes to under its own file name.
+
+    A URI's bucket is stored through the uploader in ``loggers`` that stores
+    it, else one the handler makes (and closes after the merged trace).
 
     Example:
         >>> import json, tempfile
@@ -87,30 +97,48 @@ class JSONTraceHandler(TraceHandler):
         self,
         folder: str = "traces",
         filename: str = "ep{epoch}-ba{batch}-rank{rank}.json",
+        remote_file_name: str | None = jt.REMOTE_FILE_NAME,
         merged_trace_filename: str | None = "merged_trace.json",
+        merged_trace_remote_file_name: str | None = jt.MERGED_REMOTE_FILE_NAME,
+        *,
         overwrite: bool = False,
         num_traces_to_keep: int = -1,
         remote_folder: str | None = None,
     ) -> None:
         self.folder = check_placeholders(folder, "JSONTraceHandler folder")
         check_folder("JSONTraceHandler", "folder", folder)  # an absolute one; relative at init
-        self.filename = check_placeholders(filename, "JSONTraceHandler filename")
-        if merged_trace_filename is not None:
-            check_placeholders(merged_trace_filename, "JSONTraceHandler merged_trace_filename")
-        self.merged_trace_filename = merged_trace_filename
+        self.filename = str(jt.check_name(filename, "filename", optional=False))
+        self.merged_trace_filename = jt.check_name(
+            merged_trace_filename, "merged_trace_filename", optional=True
+        )
+        self.remote_file_name = jt.check_name(remote_file_name, "remote_file_name", optional=True)
+        self.merged_trace_remote_file_name = jt.check_name(
+            merged_trace_remote_file_name, "merged_trace_remote_file_name", optional=True
+        )
         if isinstance(num_traces_to_keep, bool) or not isinstance(num_traces_to_keep, int):
             raise TypeError(f"num_traces_to_keep must be an int, got {num_traces_to_keep!r}.")
         if num_traces_to_keep == 0 or num_traces_to_keep < -1:
             raise ValueError(
-                f"num_traces_to_keep must be -1 (keep all) or a positive int, got "
-                f"{num_traces_to_keep!r}."
+                f"JSONTraceHandler num_traces_to_keep must be -1 (keep all) or a positive int, "
+                f"got {num_traces_to_keep!r}. (0, Composer's 'delete once uploaded', is not "
+                "accepted: uploads run in the background, so a trace deleted at once could be "
+                "lost. To fix, pass 1 to keep only the newest.)"
             )
         self.overwrite = check_bool("JSONTraceHandler", "overwrite", overwrite)
         self.num_traces_to_keep = num_traces_to_keep
         self.remote_folder = remote_folder
         if remote_folder is not None:
             check_remote_uri(remote_folder, "JSONTraceHandler remote_folder")
-        self._remote = RemoteFiles("JSONTraceHandler", [remote_folder])
+        self._remote_trace, self._remote_merged = jt.remote_names(
+            remote_folder,
+            self.remote_file_name,
+            self.merged_trace_remote_file_name,
+            self.filename,
+            self.merged_trace_filename,
+        )
+        self._remote = RemoteFiles(
+            "JSONTraceHandler", [remote_folder, self._remote_trace, self._remote_merged]
+        )
         self.saved_traces: list[Path] = []
         #: Chrome traces others wrote (``torch.profiler``), merged at close if still there.
         self.chrome_traces: list[Path] = []
@@ -155,7 +183,8 @@ class JSONTraceHandler(TraceHandler):
     ) -> None:
         if is_start:
             self._open[name] = self._open.get(name, 0) + 1
-            self._event("B", name, categories, wall_ns, args={"batch": timestamp._batch})
+            args = {"epoch": timestamp.epoch.value, "batch": timestamp._batch}
+            self._event("B", name, categories, wall_ns, args=args)
             return
         if self._open.get(name, 0) > 0:
             self._open[name] -= 1
@@ -167,7 +196,8 @@ class JSONTraceHandler(TraceHandler):
     def process_instant_event(
         self, name: str, categories: Sequence[str], timestamp: Timestamp, wall_ns: int
     ) -> None:
-        self._event("i", name, categories, wall_ns, s="t", args={"batch": timestamp._batch})
+        args = {"epoch": timestamp.epoch.value, "batch": timestamp._batch}
+        self._event("i", name, categories, wall_ns, s="t", args=args)
 
     @override
     def process_counter_event(
@@ -201,7 +231,7 @@ class JSONTraceHandler(TraceHandler):
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:
-        self._offset_us = _clock_offset_us()
+        self._offset_us = jt.clock_offset_us()
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
@@ -239,23 +269,12 @@ class JSONTraceHandler(TraceHandler):
         wall = time.time_ns()
         with self._lock:
             events, self._events = self._events, []
-        # End what is still open, at the save, innermost first: viewers pair an E with
-        # the latest B on its thread, and a span's open B is the latest B of its name.
-        left, ends = {name: count for name, count in self._open.items() if count}, []
-        for event in reversed(events):
-            name = event["name"]
-            if event["ph"] == "B" and left.get(name, 0) > 0:
-                left[name] -= 1
-                self._carried[name] = self._carried.get(name, 0) + 1
-                ends.append(
-                    {"name": name, "ph": "E", "ts": wall / 1000.0, "pid": state.rank, "tid": 0}
-                )
-        events += ends
+        events += jt.end_open_spans(events, self._open, self._carried, wall / 1000.0, state.rank)
         self._open = {}
         path = self._path(state, logger, self.filename)
         self.saved_traces.append(path)
         doc = {
-            "traceEvents": _metadata(state.rank, self._offset_us, wall) + events,
+            "traceEvents": jt.metadata(state.rank, self._offset_us, wall) + events,
             "displayTimeUnit": "ms",
             "otherData": {
                 "rank": state.rank,
@@ -263,21 +282,21 @@ class JSONTraceHandler(TraceHandler):
                 "batch": state.timestamp._batch,
             },
         }
-        self._writer.submit(self._write, path, doc, logger)
+        # The remote name is filled now: the writer runs when the timestamp moved on.
+        remote = self._remote_trace and logger.format_name(self._remote_trace).lstrip("/")
+        self._writer.submit(self._write, path, doc, remote, logger)
         if self.num_traces_to_keep > 0:
             while len(self.saved_traces) > self.num_traces_to_keep:
-                self._writer.submit(_remove, self.saved_traces.pop(0))
+                self._writer.submit(jt.remove, [self.saved_traces.pop(0)])
 
     def _path(self, state: State, logger: Logger, name: str) -> Path:
         folder = state.run_folder.resolve(logger.format_name(self.folder))
         return folder / logger.format_name(name)
 
-    def _remote_name(self, file_name: str) -> str:
-        return join(self.remote_folder or "{run_name}/traces", file_name)
-
-    def _write(self, path: Path, doc: dict[str, Any], logger: Logger) -> None:
-        _write_json(path, doc)
-        self._remote.upload(logger, self._remote_name(path.name), path, overwrite=self.overwrite)
+    def _write(self, path: Path, doc: dict[str, Any], remote: str | None, logger: Logger) -> None:
+        jt.write_json(path, doc)
+        if remote:
+            self._remote.upload(logger, remote, path, overwrite=self.overwrite)
 
     def _merge(self, state: State, logger: Logger) -> None:
         from obsbus.profiler.merge import merge_traces
@@ -302,58 +321,6 @@ class JSONTraceHandler(TraceHandler):
         if not inputs:
             return
         merge_traces(inputs, target, combine_same_rank=True)
-        self._remote.upload(logger, self._remote_name(target.name), target, overwrite=True)
-
-
-def _metadata(rank: int, offset_us: float, wall_ns: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": "process_name",
-            "ph": "M",
-            "pid": rank,
-            "tid": 0,
-            "args": {"name": f"rank {rank}"},
-        },
-        {
-            "name": "process_sort_index",
-            "ph": "M",
-            "pid": rank,
-            "tid": 0,
-            "args": {"sort_index": rank},
-        },
-        {
-            "name": "thread_name",
-            "ph": "M",
-            "pid": rank,
-            "tid": 0,
-            "args": {"name": "training loop"},
-        },
-        {
-            "name": "obsbus_clock",
-            "ph": "M",
-            "pid": rank,
-            "tid": 0,
-            "args": {"offset_us": offset_us, "wall_clock_start_us": wall_ns / 1000.0},
-        },
-    ]
-
-
-def _clock_offset_us() -> float:
-    """This rank's clock offset to rank 0's, in µs (0 on one process)."""
-    if dist.get_world_size() == 1 or not dist.is_initialized():
-        return 0.0
-    dist.barrier()
-    stamps = dist.all_gather_object(time.time_ns())
-    return (stamps[0] - stamps[dist.get_rank()]) / 1000.0
-
-
-def _write_json(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(doc))  # json.dump's pure-Python path is ~5x slower
-    os.replace(tmp, path)
-
-
-def _remove(path: Path) -> None:
-    path.unlink(missing_ok=True)
+        if self._remote_merged:
+            remote = logger.format_name(self._remote_merged).lstrip("/")
+            self._remote.upload(logger, remote, target, overwrite=True)

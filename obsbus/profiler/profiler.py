@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from obsbus._check import check_bool, check_folder, check_iterable_of
 from obsbus.callback import Callback
+from obsbus.errors import ObsbusWarning
 from obsbus.event import Event
 from obsbus.masking import masks_errors
 from obsbus.naming import check_placeholders
+from obsbus.profiler import _profiler_setup as _setup
 from obsbus.profiler import _torch_trace
-from obsbus.profiler.marker import Marker
+from obsbus.profiler.marker import RECORDING, Marker, check_categories
 from obsbus.profiler.profiler_action import ProfilerAction
-from obsbus.profiler.torch_profiler import TorchProfiler
+from obsbus.profiler.system_profiler import SystemProfiler
 from obsbus.profiler.trace_handler import TraceHandler
 from obsbus.time import Timestamp
 
@@ -22,7 +27,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Profiler"]
 
-_RECORDING = (ProfilerAction.ACTIVE, ProfilerAction.ACTIVE_AND_SAVE)
 _SCHEDULED = frozenset({Event.INIT, Event.FIT_START, Event.EPOCH_START, Event.BEFORE_DATALOADER})
 _FIT_END = Event.FIT_END
 
@@ -30,46 +34,45 @@ _FIT_END = Event.FIT_END
 class Profiler:
     """Records spans, instants and counters during the batches its schedule selects.
 
-    Attach it with ``Trainer(..., profiler=profiler)`` or
-    ``Run(..., profiler=profiler)``. Before every batch the schedule (any
-    ``state -> ProfilerAction``, e.g. ``cyclic_schedule()``) sets :attr:`action`
-    for the batch about to run (at its ``before_dataloader``); markers record
-    while it is ``active`` or ``active_and_save``, and trace handlers write at
-    ``active_and_save``.
-    Evaluation inside fit keeps the action of the batch it follows.
+    Attach it with ``Trainer(..., profiler=profiler)`` or ``Run(..., profiler=profiler)``.
+    Before every batch (at its ``before_dataloader``) the schedule (any
+    ``state -> ProfilerAction``, e.g. ``cyclic_schedule()``) sets :attr:`action`;
+    markers record while it is ``warmup``, ``active`` or ``active_and_save``
+    (Composer's default), and trace handlers write at ``active_and_save``.
+    Evaluation inside fit keeps the action of the batch it follows. The engine
+    wraps every paired event in a span (``event/batch``, ``event/forward``,
+    ...), marks unpaired ones as instants (``event/batch_checkpoint``), and
+    wraps each callback's hook in a span (``callback/{Class}/{event}``).
 
-    While a profiler is attached, the engine wraps every paired event in a
-    span (``event/batch``, ``event/forward``, ``event/eval``, ...), marks
-    unpaired ones as instants (``event/batch_checkpoint``), and wraps each
-    callback's hook in its own span (``callback/{Class}/{event}``), so a trace
-    shows what every monitor and destination costs. Without a profiler the
-    engine takes none of these steps.
-
-    ``torch.profiler`` runs too when ``torch_prof_folder`` is given (Composer's
-    ``torch_prof_*`` arguments, with Composer's defaults): the same schedule
-    drives it, and each window's Chrome trace goes to that folder (relative to
-    the run folder), to every trace handler (the JSON handler merges it) and to
-    ``logger.upload_file``. ``record_memory_history`` (Primus's switch) records
-    the CUDA allocator's history and writes ``memory_snapshot_path`` at
-    ``fit_end``. :class:`~obsbus.profiler.torch_profiler.TorchProfiler` documents
-    them all. Without these arguments ``torch.profiler`` is never imported, and
-    a ``torch_prof_*`` argument without ``torch_prof_folder`` is an error.
+    The other arguments are Composer's, with its defaults and meaning, except
+    that ``torch.profiler`` is off by default: ``sys_prof_*`` build a
+    :class:`~obsbus.profiler.SystemProfiler` (CPU counters unless all four are
+    ``False``; one in ``callbacks`` replaces it). ``torch.profiler`` runs when
+    ``torch_prof_folder`` is given (relative to the run folder): the same
+    schedule drives it, and each window's Chrome trace goes to that folder, to
+    every trace handler and to ``logger.upload_file``;
+    :class:`~obsbus.profiler.TorchProfiler` documents the ``torch_prof_*``
+    settings. Without ``torch_prof_folder`` torch is never imported; Composer's
+    defaults and ``False`` switches (how Composer turns it off) are accepted, and
+    any other ``torch_prof_*`` value, which would be ignored, is an error.
 
     Args:
         schedule: ``state -> ProfilerAction``, called before each batch.
-        trace_handlers: where the records go.
+        trace_handlers: where the records go (one handler or a list).
+        sys_prof_cpu: SystemProfiler ``profile_cpu``.
+        sys_prof_memory: SystemProfiler ``profile_memory``.
+        sys_prof_disk: SystemProfiler ``profile_disk``.
+        sys_prof_net: SystemProfiler ``profile_net``.
+        sys_prof_stats_thread_interval_seconds: seconds between its samples.
         record_events: wrap engine events in spans.
         record_callbacks: wrap each callback hook in a span.
         torch_prof_folder: run ``torch.profiler`` and write its traces here;
             ``None``: no ``torch.profiler``.
         torch_prof_filename: TorchProfiler ``filename``.
-        torch_prof_remote_file_name: TorchProfiler ``remote_file_name``; a bucket URI
-            (``"s3://bucket/{run_name}/torch_traces/rank{rank}.{batch}.pt.trace.json"``)
-            sends the traces to that bucket, with an uploader of its own when no
-            destination in ``loggers`` stores it (as Composer does).
+        torch_prof_remote_file_name: TorchProfiler ``remote_file_name``; a bucket
+            URI sends the traces to that bucket (as in Composer).
         torch_prof_memory_filename: TorchProfiler ``memory_filename``.
-        torch_prof_memory_remote_file_name: TorchProfiler ``memory_remote_file_name``
-            (a URI works too).
+        torch_prof_memory_remote_file_name: TorchProfiler ``memory_remote_file_name``.
         torch_prof_overwrite: TorchProfiler ``overwrite``.
         torch_prof_use_gzip: TorchProfiler ``use_gzip``.
         torch_prof_record_shapes: TorchProfiler ``record_shapes``.
@@ -77,13 +80,13 @@ class Profiler:
         torch_prof_with_stack: TorchProfiler ``with_stack``.
         torch_prof_with_flops: TorchProfiler ``with_flops``.
         torch_prof_num_traces_to_keep: TorchProfiler ``num_traces_to_keep``.
-        record_memory_history: record the CUDA allocator's history (CUDA only;
-            elsewhere it warns once).
-        memory_snapshot_path: where its snapshot goes (placeholders allowed).
+        record_memory_history: record the CUDA allocator's history (Primus's
+            switch; CUDA only, elsewhere it warns once).
+        memory_snapshot_path: where its snapshot goes at ``fit_end``.
 
     Attributes:
-        torch_profiler: the :class:`~obsbus.profiler.torch_profiler.TorchProfiler`
-            these arguments built, or ``None``.
+        system_profiler: the SystemProfiler the ``sys_prof_*`` arguments built, or ``None``.
+        torch_profiler: the TorchProfiler the ``torch_prof_*`` arguments built, or ``None``.
 
     Example:
         >>> from obsbus.profiler.trace_handler import TraceHandler
@@ -101,13 +104,22 @@ class Profiler:
         >>> sorted(n for n in names.names if n.startswith("event/"))
         ['event/batch', 'event/dataloader', 'event/epoch', 'event/fit', 'event/iteration',
          'event/load', 'event/train_batch']
+        >>> Profiler(lambda state: ProfilerAction.SKIP, torch_prof_with_stack=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: Profiler(torch_prof_with_stack=True) has no effect without ...: ...
     """
 
     @masks_errors  # its messages quote the remote names, which may be URIs
     def __init__(
         self,
         schedule: Callable[[State], ProfilerAction],
-        trace_handlers: Sequence[TraceHandler] = (),
+        trace_handlers: TraceHandler | Sequence[TraceHandler] = (),
+        sys_prof_cpu: bool = True,
+        sys_prof_memory: bool = False,
+        sys_prof_disk: bool = False,
+        sys_prof_net: bool = False,
+        sys_prof_stats_thread_interval_seconds: float = 0.5,
         *,
         record_events: bool = True,
         record_callbacks: bool = True,
@@ -140,7 +152,8 @@ class Profiler:
             "trace_handlers",
             trace_handlers,
             TraceHandler,
-            accepted="a list of TraceHandler instances (e.g. [JSONTraceHandler()])",
+            accepted="a TraceHandler or a list of them (e.g. [JSONTraceHandler()])",
+            allow_single=True,
         )
         # Checked here even when no TorchProfiler is built, which would check them later.
         check_folder("Profiler", "torch_prof_folder", torch_prof_folder, allow_none=True)
@@ -153,20 +166,56 @@ class Profiler:
         self.action = ProfilerAction.SKIP
         self.state: State | None = None
         self._markers: dict[str, Marker] = {}
-        # The torch_prof_* arguments and the memory-history pair, by name.
-        settings = {k: v for k, v in locals().items() if k in _torch_trace.PROFILER_ARGS}
-        self.torch_profiler = _build_torch_profiler(settings)
+        # The sys_prof_* and torch_prof_* arguments (and the memory-history pair), by name.
+        given = locals()
+        sys_prof = {k: given[k] for k in _setup.SYS_PROF}
+        self.system_profiler = _setup.build_system_profiler(sys_prof)
+        self._sys_prof_changed = [
+            f"{k}={v!r}" for k, v in sys_prof.items() if v != _DEFAULTS.get(k, v)
+        ]
+        self._user_system_profiler: SystemProfiler | None = None
+        settings = {k: given[k] for k in _torch_trace.PROFILER_ARGS}
+        self.torch_profiler = _setup.build_torch_profiler(settings, _DEFAULTS)
 
     def bind(self, state: State) -> list[Callback]:
         """Attach to a run's state; return the callbacks to add to the engine.
 
         The TorchProfiler comes first, so that at ``close`` its last traces reach
-        the trace handlers before they merge.
+        the trace handlers before they merge; the SystemProfiler next, so that
+        its samples reach them before they save.
         """
         self.state = state
         state.profiler = self
-        first = [] if self.torch_profiler is None else [self.torch_profiler]
-        return [*first, *self.trace_handlers]
+        self._user_system_profiler = None
+        own = [self.torch_profiler, self.system_profiler]
+        return [*(cb for cb in own if cb is not None), *self.trace_handlers]
+
+    def bind_to_state(self, state: State) -> None:
+        """Composer's name for :meth:`bind`: attach to ``state`` (a Trainer or Run does it).
+
+        The profiler's callbacks are added to ``state.callbacks`` where the
+        state keeps that list, as Composer's ``bind_to_state`` does. Markers
+        work from then on, and record when :attr:`action` says so.
+        """
+        callbacks = self.bind(state)
+        held = getattr(state, "callbacks", None)
+        if isinstance(held, list):
+            held.extend(cb for cb in callbacks if cb not in held)
+
+    def record_chrome_json_trace_file(self, filepath: str | os.PathLike[str]) -> None:
+        """Hand a Chrome trace written elsewhere to every trace handler (Composer's method)."""
+        for handler in self.trace_handlers:
+            handler.process_chrome_json_trace_file(Path(filepath))
+
+    def _warn_sys_prof_unused(self) -> None:
+        if self._sys_prof_changed:
+            warnings.warn(
+                f"Profiler({', '.join(self._sys_prof_changed)}) is not used: the run's "
+                "callbacks hold a SystemProfiler of their own, which records instead. To fix, "
+                "drop the SystemProfiler from callbacks or the sys_prof_* arguments.",
+                ObsbusWarning,
+                stacklevel=4,
+            )
 
     def on_event(self, event: Event) -> None:
         """Follow the run: the schedule picks the action of each batch before it starts.
@@ -198,24 +247,31 @@ class Profiler:
     def marker(
         self,
         name: str,
-        actions: Sequence[ProfilerAction] = _RECORDING,
+        actions: Sequence[ProfilerAction] = RECORDING,
         record_instant_on_start: bool = False,
         record_instant_on_finish: bool = False,
-        categories: Sequence[str] = (),
+        categories: Sequence[str] | None = (),
     ) -> Marker:
-        """A :class:`~obsbus.profiler.Marker` named ``name`` (the same object for the same name)."""
+        """The :class:`~obsbus.profiler.Marker` named ``name`` (the same object for the same name).
+
+        As in Composer, the first call's ``actions`` and ``record_instant_*``
+        stay, and each call sets the marker's ``categories``. By default a
+        marker records in ``warmup``, ``active`` and ``active_and_save`` batches.
+        """
         marker = self._markers.get(name)
         if marker is None:
             marker = Marker(
                 self, name, actions, record_instant_on_start, record_instant_on_finish, categories
             )
             self._markers[name] = marker
+        elif categories != marker.categories:
+            marker.categories = check_categories(f"Marker {name!r}", categories)
         return marker
 
     @property
     def recording(self) -> bool:
-        """Whether the current action records."""
-        return self.action in _RECORDING
+        """Whether the current action is one markers record in by default."""
+        return self.action in RECORDING
 
     def _timestamp(self) -> Timestamp:
         return self.state.timestamp if self.state is not None else Timestamp()
@@ -240,11 +296,4 @@ class Profiler:
             handler.process_counter_event(name, categories, ts, wall_ns, values)
 
 
-def _build_torch_profiler(settings: dict[str, Any]) -> TorchProfiler | None:
-    """The TorchProfiler the ``torch_prof_*`` settings ask for, or ``None``."""
-    if settings["torch_prof_folder"] is None:
-        _torch_trace.check_unused(settings, _torch_trace.defaults(Profiler))
-        if not settings["record_memory_history"]:
-            return None
-    args = _torch_trace.PROFILER_ARGS
-    return TorchProfiler(**{args[key]: value for key, value in settings.items()})
+_DEFAULTS = _torch_trace.defaults(Profiler)

@@ -27,7 +27,8 @@ THREAD_NAME = "obsbus-system-profiler"
 GB = 1e9
 MB = 1e6
 _CATEGORIES = ("system",)
-_RECORDING = (ProfilerAction.ACTIVE, ProfilerAction.ACTIVE_AND_SAVE)
+# Composer's counters are markers with the default actions: warm-up batches record too.
+_RECORDING = (ProfilerAction.WARMUP, ProfilerAction.ACTIVE, ProfilerAction.ACTIVE_AND_SAVE)
 _SAVE = ProfilerAction.ACTIVE_AND_SAVE
 _MAX_PENDING = 10_000  # samples held between two batch ends (~80 min at 0.5 s)
 # The rates, in the order of _Readings._counters.
@@ -115,8 +116,9 @@ class SystemProfiler(Callback):
     ``Trainer(..., callbacks=[SystemProfiler()], profiler=Profiler(...))``.
     A daemon thread named ``obsbus-system-profiler`` (psutil) takes a sample
     every ``stats_thread_interval_seconds`` while the profiler's action is
-    ``active`` or ``active_and_save``, and sleeps on an event otherwise: no
-    samples, and no cost, in ``skip`` and ``warmup`` batches. Samples wait in
+    ``warmup``, ``active`` or ``active_and_save`` (when Composer's markers
+    record), and sleeps on an event otherwise: no samples, and no cost, in
+    ``skip`` batches. Samples wait in
     a bounded queue; the training thread hands them to the trace handlers
     (``process_counter_event``, a ``C`` event in a Chrome trace) at each
     ``batch_end``, before the trace handlers save (they are added to the
@@ -147,10 +149,11 @@ class SystemProfiler(Callback):
     :class:`~obsbus.ObsbusWarning`, from the training thread) and left out.
     On a run without a profiler it warns once and does nothing.
 
-    The arguments are those of Composer's ``SystemProfiler`` (Composer's
-    ``Profiler`` takes them as ``sys_prof_cpu``, ``sys_prof_memory``,
-    ``sys_prof_disk``, ``sys_prof_net`` and
-    ``sys_prof_stats_thread_interval_seconds``), with the same defaults.
+    The arguments are those of Composer's ``SystemProfiler``, with the same
+    defaults. As in Composer, ``Profiler(sys_prof_cpu=..., sys_prof_memory=...,
+    sys_prof_disk=..., sys_prof_net=..., sys_prof_stats_thread_interval_seconds=...)``
+    builds one (with CPU counters unless all four are ``False``); one given in
+    ``callbacks`` replaces the Profiler's, so a run has one sampling thread.
 
     Args:
         profile_cpu: record the CPU counters.
@@ -238,6 +241,8 @@ class SystemProfiler(Callback):
         self._warned: set[str] = set()
         #: Samples the sampling thread has taken (all windows, all fits).
         self.samples_taken = 0
+        #: Built by ``Profiler(sys_prof_*=...)``: it gives way to one in ``callbacks``.
+        self._built_by_profiler = False
 
     # ---------------------------------------------------------------- thread
     def _run(self, readings: _Readings) -> None:
@@ -309,8 +314,15 @@ class SystemProfiler(Callback):
     # ---------------------------------------------------------------- hooks
     @override
     def init(self, state: State, logger: Logger) -> None:
-        self._profiler = state.profiler
-        if self._profiler is None:
+        self._profiler = profiler = state.profiler
+        if profiler is not None:
+            # Callbacks come before the Profiler's own in the engine: a user's inits first.
+            if not self._built_by_profiler:
+                profiler._user_system_profiler = self
+            elif profiler._user_system_profiler not in (None, self):
+                self._profiler = None  # the one in callbacks records instead
+                profiler._warn_sys_prof_unused()
+        if profiler is None:
             warnings.warn(
                 "SystemProfiler does nothing: the run has no profiler. To fix, pass "
                 "profiler=Profiler(schedule, trace_handlers) to the Trainer or Run.",

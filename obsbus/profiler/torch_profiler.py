@@ -9,7 +9,7 @@ from typing import Any
 
 from typing_extensions import override
 
-from obsbus._check import check_folder
+from obsbus._check import check_folder, check_folder_at_init
 from obsbus.callback import Callback
 from obsbus.logger import Logger
 from obsbus.loggers._remote_folder import RemoteFiles, check_remote_name
@@ -195,7 +195,11 @@ class TorchProfiler(Callback):
         if self.folder is None:
             return
         self._actions = tt.torch_actions()
-        folder = state.run_folder.resolve(logger.format_name(self.folder))
+        folder = check_folder_at_init(
+            "TorchProfiler",
+            "folder (Profiler torch_prof_folder)",
+            state.run_folder.resolve(logger.format_name(self.folder)),
+        )
         held = [*folder.glob("*.json"), *folder.glob("*.json.gz")] if folder.is_dir() else []
         if held and not self.overwrite:
             raise FileExistsError(

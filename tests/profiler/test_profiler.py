@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from obsbus import Callback, Run, Trainer
 from obsbus.loggers import InMemoryLogger
+from obsbus.profiler.marker import Marker
 from obsbus.profiler.profiler import Profiler
 from obsbus.profiler.profiler_action import ProfilerAction
 from obsbus.profiler.trace_handler import TraceHandler
@@ -144,9 +145,9 @@ def test_without_a_profiler_the_engine_takes_the_plain_path():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [({"schedule": 3}, TypeError, "schedule must be a callable"),
-     ({"schedule": lambda s: SKIP, "trace_handlers": [object()]}, TypeError, "TraceHandler instances"),
+     ({"schedule": lambda s: SKIP, "trace_handlers": [object()]}, TypeError, "a TraceHandler or a list of them"),
      ({"schedule": lambda s: SKIP, "trace_handlers": 5}, TypeError,
-      r"Profiler trace_handlers must be a list of TraceHandler instances .*got 5\."),
+      r"Profiler trace_handlers must be a TraceHandler or a list of them .*got 5\."),
      ({"schedule": lambda s: SKIP, "record_events": "false"}, TypeError,
       "Profiler record_events must be True or False, got 'false'"),
      ({"schedule": lambda s: SKIP, "record_callbacks": 2}, TypeError,
@@ -171,12 +172,38 @@ def test_a_file_for_torch_prof_folder_fails_at_construction(tmp_path):
         Profiler(lambda s: SKIP, torch_prof_folder=str(tmp_path / "taken"))
 
 
-def test_bad_marker_arguments():
+BAD_MARKERS = [
+    ({"name": ""}, ValueError, "Marker name must be a non-empty str, got ''"),
+    ({"name": 5}, TypeError, "Marker name must be a non-empty str, got 5"),
+    ({"actions": ["sometimes"]}, TypeError,
+     "Marker 'x' actions must be a list of ProfilerAction \\(or their values: 'skip', 'warmup', "
+     "'active', 'active_and_save'\\), got 'sometimes' among \\['sometimes'\\]"),
+    ({"actions": ProfilerAction.ACTIVE}, TypeError, "actions must be a list of .*got "
+     "<ProfilerAction.ACTIVE: 'active'>. To fix, pass e.g. \\[ProfilerAction.ACTIVE"),
+    ({"actions": []}, ValueError, "Marker 'x' actions is empty \\(\\[\\]\\): the marker would never"),
+    ({"categories": "data"}, TypeError,
+     "Marker 'x' categories must be a list of str .*got 'data'. To fix, pass \\['data'\\]"),
+    ({"categories": ["a", 3]}, TypeError, "categories must be .*got 3 among \\['a', 3\\]"),
+    ({"record_instant_on_start": "yes"}, TypeError,
+     "Marker 'x' record_instant_on_start must be True or False, got 'yes'"),
+    ({"record_instant_on_finish": None}, TypeError,
+     "Marker 'x' record_instant_on_finish must be True or False, got None"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), BAD_MARKERS,
+                         ids=["empty-name", "int-name", "bad-action", "one-action", "no-action",
+                              "str-categories", "int-category", "instant-start", "instant-finish"])
+def test_bad_marker_arguments_fail_when_made(kwargs, error, match):
     profiler = Profiler(lambda s: SKIP)
-    with pytest.raises(TypeError, match="must be ProfilerAction values, got \\['active'\\]"):
-        profiler.marker("x", actions=["active"])
-    with pytest.raises(ValueError, match="non-empty str"):
-        profiler.marker("")
+    with pytest.raises(error, match=match):
+        profiler.marker(**{"name": "x", **kwargs})
+
+
+def test_a_marker_needs_a_profiler():
+    with pytest.raises(TypeError, match=r"Marker profiler must be an obsbus\.profiler\.Profiler, "
+                       r"got 5\. To fix, make markers with profiler\.marker\(name\)"):
+        Marker(5, "x")
 
 
 def test_starting_a_marker_twice_is_an_error():
