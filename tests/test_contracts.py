@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import inspect
 import pickle
+import warnings
 
 import pytest
 import torch.nn.functional as F
 
 import obsbus.callbacks
 import obsbus.loggers
-from obsbus import Callback, LoggerDestination, Run, Trainer
+import obsbus.profiler
+from obsbus import Callback, Engine, Logger, LoggerDestination, Run, State, Trainer
+from obsbus._hook_names import near_misses
 
 from .helpers import regression_data, tiny_model
 
@@ -32,10 +35,15 @@ CONSTRUCTOR_KWARGS: dict[str, dict] = {
 
 @pytest.fixture(autouse=True)
 def _trackers_stay_offline_and_in_tmp(tmp_path, monkeypatch):
-    for var, sub in (("WANDB_DIR", "wandb"), ("WANDB_CACHE_DIR", "wandb-cache"),
-                     ("WANDB_CONFIG_DIR", "wandb-config"), ("WANDB_DATA_DIR", "wandb-data"),
-                     ("MPLCONFIGDIR", "mpl"), ("NEPTUNE_DATA_DIRECTORY", "neptune"),
-                     ("COMET_CONFIG", "comet.config")):
+    for var, sub in (
+        ("WANDB_DIR", "wandb"),
+        ("WANDB_CACHE_DIR", "wandb-cache"),
+        ("WANDB_CONFIG_DIR", "wandb-config"),
+        ("WANDB_DATA_DIR", "wandb-data"),
+        ("MPLCONFIGDIR", "mpl"),
+        ("NEPTUNE_DATA_DIRECTORY", "neptune"),
+        ("COMET_CONFIG", "comet.config"),
+    ):
         monkeypatch.setenv(var, str(tmp_path / sub))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -53,7 +61,8 @@ def exported_plugins():
     for module in (obsbus.callbacks, obsbus.loggers):
         for name in module.__all__:
             obj = getattr(module, name)
-            if inspect.isclass(obj) and issubclass(obj, Callback):
+            # obsbus.loggers re-exports the base class, as composer.loggers does
+            if inspect.isclass(obj) and issubclass(obj, Callback) and obj is not LoggerDestination:
                 found.append(obj)
     return found
 
@@ -84,9 +93,17 @@ def test_exported_in_sorted_all(cls):
 def test_two_fits_in_a_row_and_close_twice(cls):
     plugin = build(cls)
     callbacks, loggers = split(plugin)
-    trainer = Trainer(tiny_model(), regression_data(3), "1ep", loss_fn=F.mse_loss,
-                      eval_dataloader=regression_data(2, seed=1), callbacks=callbacks,
-                      loggers=loggers, device="cpu", strict=True)
+    trainer = Trainer(
+        tiny_model(),
+        regression_data(3),
+        "1ep",
+        loss_fn=F.mse_loss,
+        eval_dataloader=regression_data(2, seed=1),
+        callbacks=callbacks,
+        loggers=loggers,
+        device="cpu",
+        strict=True,
+    )
     trainer.fit()
     trainer.fit(duration="2ba")
     assert trainer.state.timestamp.batch == "5ba"
@@ -99,8 +116,9 @@ def test_works_under_run(cls):
     plugin = build(cls)
     callbacks, loggers = split(plugin)
     model = tiny_model()
-    with Run(model=model, max_duration="3ba", callbacks=callbacks, loggers=loggers,
-             strict=True) as run:
+    with Run(
+        model=model, max_duration="3ba", callbacks=callbacks, loggers=loggers, strict=True
+    ) as run:
         for x, y in run.train(regression_data(3)):
             run.backward(run.loss(F.mse_loss, run.forward(model, x), y))
     assert run.engine.closed
@@ -116,3 +134,31 @@ def test_state_dict_pickles_and_loads(cls):
 @pytest.mark.parametrize("cls", PLUGINS, ids=lambda c: c.__name__)
 def test_documented_with_an_example(cls):
     assert cls.__doc__ and "Example" in cls.__doc__
+
+
+PROFILER_PLUGINS = [
+    getattr(obsbus.profiler, name)
+    for name in obsbus.profiler.__all__
+    if inspect.isclass(getattr(obsbus.profiler, name))
+    and issubclass(getattr(obsbus.profiler, name), Callback)
+]
+
+
+def test_discovery_skips_the_base_classes():
+    assert LoggerDestination not in PLUGINS and Callback not in PLUGINS
+    assert {cls.__name__ for cls in PROFILER_PLUGINS} >= {"JSONTraceHandler", "TraceHandler"}
+
+
+@pytest.mark.parametrize("cls", PLUGINS + PROFILER_PLUGINS, ids=lambda c: c.__name__)
+def test_no_method_looks_like_a_misspelt_hook(cls):
+    """obsbus's own plug-ins never trip the near-miss warning (issue 14: no false positives)."""
+    assert near_misses(cls) == ()
+    if cls in PLUGINS:
+        plugin = build(cls)
+        callbacks, loggers = split(plugin)
+        state = State(run_name="contract")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            engine = Engine(state, Logger(state, loggers), callbacks)
+        engine.close()
+        assert [str(w.message) for w in caught if "is not an obsbus" in str(w.message)] == []

@@ -3,8 +3,11 @@
 The tracker destinations (TensorBoard, W&B, Comet, Neptune, MLflow) and the
 object stores behind RemoteUploaderDownloader import their client only when
 constructed; each needs its extra, e.g. ``pip install 'obsbus[wandb]'``.
+:class:`~obsbus.Logger` and :class:`~obsbus.LoggerDestination` are here too,
+as in Composer (``from obsbus.loggers import Logger, LoggerDestination``).
 """
 
+from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers.comet_ml_logger import CometMLLogger
 from obsbus.loggers.console_logger import ConsoleLogger
 from obsbus.loggers.file_logger import FileLogger
@@ -26,6 +29,8 @@ __all__ = [
     "ConsoleLogger",
     "FileLogger",
     "InMemoryLogger",
+    "Logger",
+    "LoggerDestination",
     "LoguruLogger",
     "MLFlowLogger",
     "NeptuneLogger",
