@@ -19,7 +19,13 @@ from obsbus._check import check_bool
 from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
-from obsbus.loggers._remote_folder import RemoteFiles, check_remote_uri, join
+from obsbus.loggers._remote_folder import (
+    RemoteFiles,
+    check_remote_name,
+    check_remote_uri,
+    is_uri,
+    join,
+)
 from obsbus.loggers.console_logger import format_value
 from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
 from obsbus.naming import check_placeholders
@@ -95,8 +101,8 @@ class FileLogger(LoggerDestination):
     only set how often that happens.
     Every ``flush_interval`` batches, and at ``fit_end``, ``eval_end``,
     ``exception`` and ``close``, the files are flushed and fsynced, then
-    handed to ``logger.upload_file`` (as ``{run_name}/<file name>``) when a
-    destination can store files.
+    handed to ``logger.upload_file`` (as ``{run_name}/<file name>``, or the
+    text log as ``remote_file_name``) when a destination can store files.
 
     Args:
         filename: the text log; placeholders ``{run_name}``, ``{rank}``, ... are
@@ -110,7 +116,9 @@ class FileLogger(LoggerDestination):
             ``log_interval``.
         flush_interval: batches between flushes to disk (and uploads).
         log_traces: also write traces.
-        capture_stdout: copy what the process prints to stdout into the log.
+        capture_stdout: copy what the process prints to stdout into the log
+            (off by default; Composer's default is on: it replaces the
+            process's stream, which a library should not do unasked).
         capture_stderr: the same for stderr.
         overwrite: replace existing files. Without it, an existing file is an
             error at ``init`` unless ``resume`` is set.
@@ -120,6 +128,18 @@ class FileLogger(LoggerDestination):
             files go there as ``<path>/<file name>``, through the uploader in
             ``loggers`` that stores the bucket, else one the FileLogger makes
             (and closes after its last flush).
+        remote_file_name: Composer's argument: the text log's uploaded name, a
+            template with the placeholders of ``filename`` (leading ``/``
+            dropped), e.g. ``"{run_name}/rank{rank}.log"``; a bucket URI
+            works too. With ``remote_folder`` a plain name is taken inside
+            it. ``None``: ``{run_name}/<file name>`` (what Composer's default,
+            the ``filename`` template ``{run_name}/logs-rank{rank}.txt``,
+            gives). The JSON Lines file keeps its own name.
+        buffer_size: Composer's argument: the files' buffer, as ``open``'s
+            ``buffering`` (``1``: line buffering, ``-1``: the default size,
+            ``> 1``: that many bytes). obsbus flushes each write to the OS
+            anyway, so no line waits in Python's buffer whatever the size;
+            the default is therefore ``-1`` (Composer's is ``1``).
 
     Example:
         >>> import json, tempfile
@@ -147,6 +167,8 @@ class FileLogger(LoggerDestination):
         overwrite: bool = False,
         resume: bool = False,
         remote_folder: str | None = None,
+        remote_file_name: str | None = None,
+        buffer_size: int = -1,
     ) -> None:
         self.filename = check_placeholders(filename, "FileLogger filename")
         self.jsonl_filename = (
@@ -165,6 +187,18 @@ class FileLogger(LoggerDestination):
             check_bool("FileLogger", flag, value)  # overwrite='false' would mean True
         if overwrite and resume:
             raise ValueError("FileLogger: overwrite=True and resume=True contradict; choose one.")
+        if remote_file_name is not None:
+            if not isinstance(remote_file_name, str) or not remote_file_name.strip("/"):
+                raise TypeError(
+                    "FileLogger remote_file_name must be a non-empty str (a file name template "
+                    f"or bucket URI) or None, got {remote_file_name!r}."
+                )
+            check_remote_name(remote_file_name, "FileLogger remote_file_name")
+            check_placeholders(remote_file_name, "FileLogger remote_file_name")
+        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int):
+            raise TypeError(_buffer_message(buffer_size))
+        if buffer_size == 0 or buffer_size < -1:  # open() refuses unbuffered text I/O
+            raise ValueError(_buffer_message(buffer_size))
         for name in (self.filename, self.jsonl_filename):
             if name is not None and "{" not in name and Path(name).is_absolute():
                 _check_not_a_directory(Path(name))
@@ -179,7 +213,9 @@ class FileLogger(LoggerDestination):
         self.remote_folder = remote_folder
         if remote_folder is not None:
             check_remote_uri(remote_folder, "FileLogger remote_folder")
-        self._remote = RemoteFiles("FileLogger", [self.remote_folder])
+        self.remote_file_name = remote_file_name
+        self.buffer_size = buffer_size
+        self._remote = RemoteFiles("FileLogger", [self.remote_folder, self.remote_file_name])
         self._writer = BackgroundWriter("FileLogger")
         self._state: State | None = None
         self._logger: Logger | None = None
@@ -241,7 +277,11 @@ class FileLogger(LoggerDestination):
         opened: list[TextIO] = []
         try:
             for path in paths:
-                opened.append(_open(path, mode))
+                # buffering only when asked for: _open(path, mode) is the seam tests replace
+                buffered = self.buffer_size != -1
+                opened.append(
+                    _open(path, mode, self.buffer_size) if buffered else _open(path, mode)
+                )
         except FileExistsError:
             for f in opened:  # ours, created a moment ago: the other run owns the name
                 f.close()
@@ -418,8 +458,21 @@ class FileLogger(LoggerDestination):
         logger, state = self._logger, self._state
         if upload and logger is not None and state is not None:
             folder = self.remote_folder or state.run_name
-            for path in self._paths:
-                self._remote.upload(logger, join(folder, path.name), path, overwrite=True)
+            for i, path in enumerate(self._paths):
+                self._remote.upload(
+                    logger, self._remote_name(i, folder, path), path, overwrite=True
+                )
+
+    def _remote_name(self, index: int, folder: str, path: Path) -> str:
+        """The uploaded name of file ``index`` (0: the text log): ``remote_file_name`` or
+        ``<folder>/<file name>``."""
+        name = self.remote_file_name
+        if index or name is None:
+            return join(folder, path.name)
+        if is_uri(name):
+            return name
+        name = name.lstrip("/")
+        return join(self.remote_folder, name) if self.remote_folder else name
 
 
 #: The longest the end of a run waits for the writer (less when the destinations' shared
@@ -452,6 +505,13 @@ def _int64_safe(value: Any) -> Any:
     if type(value) is dict:
         return {key: _int64_safe(v) for key, v in value.items()}
     return value
+
+
+def _buffer_message(value: object) -> str:
+    return (
+        "FileLogger buffer_size must be -1 (the default buffer), 1 (line buffering) or a "
+        f"buffer size in bytes > 1, as open()'s buffering; got {value!r}."
+    )
 
 
 def _exists(path: Path) -> FileExistsError:
@@ -495,8 +555,8 @@ def _drop_torn_tail(path: Path) -> None:
     )
 
 
-def _open(path: Path, mode: str) -> TextIO:
-    return cast(TextIO, open(path, mode, encoding="utf-8"))  # closed in close()
+def _open(path: Path, mode: str, buffering: int = -1) -> TextIO:
+    return cast(TextIO, open(path, mode, buffering, encoding="utf-8"))  # closed in close()
 
 
 def _check_not_a_directory(path: Path) -> None:

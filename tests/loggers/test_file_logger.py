@@ -172,10 +172,20 @@ def test_placeholders_and_absolute_names(tmp_path):
         ({"capture_stdout": None}, TypeError, r"FileLogger capture_stdout must be True or False, got None"),
         ({"capture_stderr": "yes"}, TypeError, r"FileLogger capture_stderr must be True or False"),
         ({"log_traces": 0}, TypeError, r"FileLogger log_traces must be True or False, got 0"),
+        ({"remote_file_name": "{rnak}.log"}, ValueError, r"remote_file_name .*unknown placeholder \{rnak\}"),
+        ({"remote_file_name": "/"}, TypeError, r"FileLogger remote_file_name must be a non-empty str .*got '/'"),
+        ({"remote_file_name": 5}, TypeError, r"FileLogger remote_file_name must be a non-empty str"),
+        ({"remote_file_name": "bogus://b/x.log"}, ValueError, r"bogus"),
+        ({"buffer_size": 0}, ValueError, r"FileLogger buffer_size must be -1 \(the default buffer\), 1 \(line buffering\) .*got 0"),
+        ({"buffer_size": -5}, ValueError, r"buffer_size must be -1 .*got -5"),
+        ({"buffer_size": True}, TypeError, r"buffer_size must be -1 .*got True"),
+        ({"buffer_size": "1"}, TypeError, r"buffer_size must be -1 .*got '1'"),
     ],
     ids=["placeholder", "jsonl-placeholder", "interval", "flush-zero", "flush-type", "both",
          "empty", "period-negative", "period-type", "overwrite-str", "overwrite-str-resume",
-         "resume-int", "stdout-none", "stderr-str", "traces-int"],
+         "resume-int", "stdout-none", "stderr-str", "traces-int", "remote-placeholder",
+         "remote-slash", "remote-int", "remote-scheme", "buffer-zero", "buffer-negative",
+         "buffer-bool", "buffer-str"],
 )
 def test_bad_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -286,3 +296,60 @@ def test_ints_beyond_int64_are_written_as_floats_so_pandas_reads_the_file(tmp_pa
     assert list(frame["low"]) == [-(2**63), 1]
     huge = json.loads(_log_rows(tmp_path / "huge", [{"v": 10**400, "in": [2**70, 1]}]))
     assert huge["v"] == str(10**400) and huge["in"] == [float(2**70), 1]  # beyond float: digits
+
+
+class Uploads(LoggerDestination):
+    """Records what it is handed, as Composer's test's ``FileUploaderTracker``."""
+
+    def __init__(self):
+        self.seen = []
+
+    def can_upload_files(self):
+        return True
+
+    def upload_file(self, state, remote_file_name, file_path, *, overwrite=False):
+        self.seen.append((remote_file_name, file_path.read_bytes()))
+
+
+def test_composers_file_logger_arguments(tmp_path):
+    """Composer's ``tests/loggers/test_file_logger.py::test_file_logger``: ``FileLogger(filename=
+    <abs path>, remote_file_name='{run_name}/rank{rank}.log', buffer_size=1, flush_interval=1)``:
+    the log lands at ``filename`` and is uploaded as the formatted ``remote_file_name``."""
+    log_file = tmp_path / "output.log"
+    files = FileLogger(filename=str(log_file), remote_file_name="{run_name}/rank{rank}.log",
+                       buffer_size=1, flush_interval=1)
+    uploads = Uploads()
+    with fit(tmp_path, [files, uploads], duration="2ba", hparams={"foo": 3}) as trainer:
+        trainer.fit()
+    names = {name for name, _ in uploads.seen}
+    assert names == {"r/rank0.log", "r/metrics-rank0.jsonl"}  # the JSON Lines keeps its name
+    assert dict(uploads.seen)["r/rank0.log"] == log_file.read_bytes()
+    text = log_file.read_text()
+    assert "[hyperparameter][batch=0]: foo: 3" in text and "[metric][batch=2]: loss/train/total" in text
+
+
+def test_remote_file_name_drops_a_leading_slash_and_goes_inside_remote_folder(tmp_path):
+    uploads = Uploads()
+    with fit(tmp_path, [FileLogger(remote_file_name="/{run_name}/text.log", jsonl_filename=None),
+                        uploads], duration="1ba") as trainer:
+        trainer.fit()
+    assert {name for name, _ in uploads.seen} == {"r/text.log"}
+    files = FileLogger(remote_file_name="text-{rank}.log", remote_folder="memory://fl-bucket/{run_name}")
+    with fit(tmp_path / "two", [files], duration="1ba") as trainer:
+        trainer.fit()
+    (store,) = [u.store for u in files.remote_uploaders]
+    assert sorted(store.objects) == ["r/metrics-rank0.jsonl", "r/text-0.log"]
+
+
+@pytest.mark.parametrize(("buffer_size", "line_buffered"), [(1, True), (-1, False), (8192, False)])
+def test_buffer_size_is_opens_buffering(tmp_path, buffer_size, line_buffered):
+    """Composer passes ``buffer_size`` to ``open(..., buffering=buffer_size)``; 1 is line
+    buffering. Each write is flushed to the OS in any case: the file holds every row at once."""
+    files = FileLogger(buffer_size=buffer_size, write_period=0.0)
+    with fit(tmp_path, [files], duration="2ba") as trainer:
+        trainer.fit()
+        assert files._text.line_buffering is line_buffered
+        files._writer.flush(timeout=10)
+        rows = read_jsonl(tmp_path / "run" / "metrics-rank0.jsonl")
+        assert [r["step"] for r in rows] == [1, 2]
+    assert files.buffer_size == buffer_size
