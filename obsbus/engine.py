@@ -84,6 +84,11 @@ class Engine:
     callback; its hook methods then run only if its ``run_event`` calls them
     (``super().run_event(event, state, logger)`` does).
 
+    ``callbacks`` omitted (Composer's ``Engine(state, logger)``), the engine
+    runs the plug-ins in ``state.callbacks``: its callbacks, and its
+    destinations as destinations (those the logger was not given get every
+    event but no logging calls, as in Composer).
+
     A plug-in with a method named like a hook but not quite
     (``on_batch_end``, ``batch_ends``, ``after_backwards``) gets an
     :class:`~obsbus.ObsbusWarning` here, naming the hook it probably meant.
@@ -100,11 +105,16 @@ class Engine:
         >>> engine.close(); engine.close()  # idempotent
     """
 
-    def __init__(self, state: State, logger: Logger, callbacks: Iterable[Callback] = ()) -> None:
+    def __init__(
+        self, state: State, logger: Logger, callbacks: Iterable[Callback] | None = None
+    ) -> None:
         if not hasattr(state, "timestamp"):
             raise TypeError(f"Engine state must be an obsbus State, got {state!r}.")
         if not isinstance(cast(object, logger), Logger):
             raise TypeError(f"Engine logger must be an obsbus Logger, got {logger!r}.")
+        listed: tuple[LoggerDestination, ...] = ()
+        if callbacks is None:
+            callbacks, listed = _from_state(state, logger)
         if not is_list_like(callbacks):
             raise TypeError(f"Engine callbacks must be a list of Callback, got {callbacks!r}.")
         self.state = state
@@ -113,11 +123,13 @@ class Engine:
         self.close_errors: list[tuple[str, BaseException]] = []
         self._closed = False
         self.profiler: Profiler | None = None
+        #: Every destination the engine runs: the logger's, then those only in ``state.callbacks``.
+        self.destinations: tuple[LoggerDestination, ...] = (*logger.destinations, *listed)
         self._table: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], Event]] = {}
         for cb in callbacks:
             self._check(cb)
             self.callbacks.append(cb)
-        for dest in logger.destinations:
+        for dest in self.destinations:
             warn_near_misses(dest)
         self._build_table()
 
@@ -143,7 +155,7 @@ class Engine:
             )
             dests = tuple(
                 (d, self._watched(d, event.value, spanned(d, event, handler)), event.value)
-                for d in self.logger.destinations
+                for d in self.destinations
                 if (handler := _handler(d, event)) is not None
             )
             table[event] = (cbs, dests, event)
@@ -193,6 +205,7 @@ class Engine:
             self._check(cb)
             if cb not in self.callbacks:
                 self.callbacks.append(cb)
+                self._list_in_state(cb)
         self._build_table()
         self.run_event = self._run_profiled  # type: ignore[method-assign]
 
@@ -224,7 +237,14 @@ class Engine:
         """Add a callback; safe from inside a hook (the running event sees the old list)."""
         self._check(callback)
         self.callbacks.append(callback)
+        self._list_in_state(callback)
         self._build_table()
+
+    def _list_in_state(self, callback: Callback) -> None:
+        """Keep ``state.callbacks`` (Composer's list of what the run uses) up to date."""
+        held = getattr(self.state, "callbacks", None)
+        if isinstance(held, list) and callback not in held:
+            held.append(callback)
 
     @property
     def closed(self) -> bool:
@@ -275,7 +295,7 @@ class Engine:
         It is the longest ``close_timeout`` among them (30 s if none has one), so
         hung destinations cost about one timeout in all, not one each.
         """
-        timeouts = [getattr(d, "close_timeout", None) for d in self.logger.destinations]
+        timeouts = [getattr(d, "close_timeout", None) for d in self.destinations]
         numbers = [t for t in timeouts if isinstance(t, (int, float)) and not isinstance(t, bool)]
         deadline = self.logger.deadline
         deadline.begin(max(numbers, default=DEFAULT_CLOSE_TIMEOUT))
@@ -306,7 +326,7 @@ class Engine:
             return
         self._closed = True
         closed: list[Callback] = []
-        dests = self.logger.destinations
+        dests = self.destinations
         stores = [d for d in dests if takes_files(d)]
         others = [d for d in dests if not takes_files(d)]
         for group in (self.callbacks, [*others, *stores]):
@@ -333,6 +353,19 @@ class Engine:
         if self.close_errors and self.logger.failures.strict and sys.exc_info()[1] is None:
             name, first = self.close_errors[0]
             raise RuntimeError(f"{name} failed to close: {first!r}") from first
+
+
+def _from_state(
+    state: State, logger: Logger
+) -> tuple[list[Callback], tuple[LoggerDestination, ...]]:
+    """The callbacks, and the destinations the logger lacks, in ``state.callbacks``."""
+    held = getattr(state, "callbacks", None) or []
+    if not is_list_like(held):
+        raise TypeError(f"state.callbacks must be a list of Callback, got {held!r}.")
+    callbacks = [p for p in held if not isinstance(p, LoggerDestination)]
+    known = {id(d) for d in logger.destinations}
+    listed = tuple(p for p in held if isinstance(p, LoggerDestination) and id(p) not in known)
+    return callbacks, listed
 
 
 def _unknown(event: object) -> NoReturn:

@@ -225,6 +225,68 @@ def test_profiled_engine_runs_run_event_plugins_in_spans_and_takes_event_names()
     )
 
 
+@pytest.mark.parametrize("event", list(Event), ids=str)
+def test_engine_without_callbacks_runs_state_callbacks_as_composers(event):
+    """Source: Composer's tests/callbacks/test_callbacks.py::test_run_event_callbacks (commit
+    6405188): ``dummy_state.callbacks = [callback]; Engine(state=dummy_state, logger=logger)``."""
+    state = State(run_name="t")
+    counter = EventCounter()
+    state.callbacks = [counter]
+    engine = Engine(state=state, logger=Logger(state))
+    engine.run_event(event)
+    assert counter.counts[event] == 1 and sum(counter.counts.values()) == 1
+
+
+def test_state_callbacks_destinations_get_events_first_at_init_and_are_closed():
+    journal = []
+
+    class Dest(LoggerDestination):
+        def init(self, state, logger):
+            journal.append("dest init")
+
+        def log_metrics(self, metrics, step=None):
+            journal.append("dest log_metrics")
+
+        def close(self, state, logger):
+            journal.append("dest close")
+
+    class Cb(Callback):
+        def init(self, state, logger):
+            journal.append("cb init")
+            logger.log_metrics({"x": 1.0})
+
+    state = State(run_name="t")
+    mem = InMemoryLogger()
+    state.callbacks = [Cb(), Dest(), mem]  # as Composer: the logger's destinations listed too
+    engine = Engine(state, Logger(state, [mem]))
+    engine.run_event(Event.INIT)
+    engine.close()
+    # Dest is not one of the logger's: events and close, not logging calls (as in Composer)
+    assert journal == ["dest init", "cb init", "dest close"]
+    assert mem.most_recent_values == {"x": 1.0}
+    assert engine.destinations == (mem, state.callbacks[1])
+
+
+def test_explicit_callbacks_ignore_state_callbacks_and_added_ones_are_listed():
+    state = State(run_name="t")
+    listed, given, added = EventCounter(), EventCounter(), EventCounter()
+    state.callbacks = [listed]
+    engine = Engine(state, Logger(state), [given])
+    engine.add_callback(added)
+    engine.run_event(Event.FIT_START)
+    assert [c.counts[Event.FIT_START] for c in (listed, given, added)] == [0, 1, 1]
+    assert state.callbacks == [listed, added]
+
+
+def test_state_callbacks_must_be_a_list():
+    state = State(run_name="t")
+    state.callbacks = "SpeedMonitor"
+    with pytest.raises(
+        TypeError, match=r"state\.callbacks must be a list of Callback, got 'SpeedMonitor'"
+    ):
+        Engine(state, Logger(state))
+
+
 # ------------------------------------------------------------ near-miss names
 
 
