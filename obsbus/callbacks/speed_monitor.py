@@ -365,7 +365,9 @@ class SpeedMonitor(Callback):
     @override
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._train_seconds = float(state.get("train_seconds", 0.0))
-        self._eval_seconds = float(state.get("eval_seconds", 0.0))
+        # "total_eval_wct": the one entry of Composer's SpeedMonitor.state_dict (its train
+        # time lives in the checkpoint's timestamp, which obsbus does not read here).
+        self._eval_seconds = float(state.get("eval_seconds", state.get("total_eval_wct", 0.0)))
 
     # -------------------------------------------------------------- helpers
     def _eval_enter(self) -> None:

@@ -351,6 +351,14 @@ def test_totals_survive_state_dict(clock):
     assert mem.most_recent_values["time/train"] == pytest.approx(5.0 / HOUR)
 
 
+def test_composers_state_dict_entry_restores_eval_time(clock):
+    """Composer's ``SpeedMonitor.state_dict()`` is ``{'total_eval_wct': seconds}``."""
+    resumed = SpeedMonitor(window_size=1)
+    resumed.load_state_dict({"total_eval_wct": 36.0})
+    mem = train(resumed, clock, sizes=[2] * 2, durations=[1.0] * 2)
+    assert mem.most_recent_values["time/val"] == pytest.approx(36.0 / HOUR)
+
+
 # ---------------------------------------------------------------------------
 # Real loops, real clock
 # ---------------------------------------------------------------------------
