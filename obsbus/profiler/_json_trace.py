@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Iterable
@@ -106,6 +107,34 @@ def clock_offset_us() -> float:
     dist.barrier()
     stamps = dist.all_gather_object(time.time_ns())
     return (stamps[0] - stamps[dist.get_rank()]) / 1000.0
+
+
+def merge(
+    folder: Path, target: Path, expected: list[Path], others: list[Path], log: logging.Logger
+) -> bool:
+    """Merge every trace in ``folder`` and the ``others`` still there into ``target``.
+
+    Returns whether there was anything to merge. ``expected`` are every rank's
+    traces (known at ``fit_end``): the ones not in ``folder`` are reported.
+    """
+    from obsbus.profiler.merge import merge_traces
+
+    inputs = sorted(p for p in folder.glob("*.json") if p != target)
+    missing = [p for p in expected if not p.is_file()]
+    if missing:
+        log.warning(
+            "JSONTraceHandler: %d trace(s) of other ranks are not in %s (is the folder on "
+            "storage every node shares?); the merged trace leaves them out. Merge by hand "
+            "with 'obsbus merge-traces'. First: %s",
+            len(missing),
+            folder,
+            missing[0],
+        )
+    inputs += [p for p in others if p.is_file() and p not in inputs]
+    if not inputs:
+        return False
+    merge_traces(inputs, target, combine_same_rank=True)
+    return True
 
 
 def write_json(path: Path, doc: dict[str, Any]) -> None:

@@ -57,7 +57,8 @@ class JSONTraceHandler(TraceHandler):
     The arguments are Composer's, with its defaults, except that ``folder`` is
     relative to the run folder (``'traces'``; Composer's ``'{run_name}/traces'``
     is relative to the working directory), the merge happens once, at
-    ``close``, and ``num_traces_to_keep=0`` is refused.
+    ``close``, ``num_traces_to_keep=0`` is refused, and a file is a JSON object
+    (read its events as ``json.load(f)["traceEvents"]``; Composer's is a list).
 
     Args:
         folder: where traces go; relative to the run folder.
@@ -299,28 +300,11 @@ class JSONTraceHandler(TraceHandler):
             self._remote.upload(logger, remote, path, overwrite=self.overwrite)
 
     def _merge(self, state: State, logger: Logger) -> None:
-        from obsbus.profiler.merge import merge_traces
-
         assert self.merged_trace_filename is not None
         folder = self._path(state, logger, "x").parent
         target = folder / logger.format_name(self.merged_trace_filename)
-        inputs = sorted(p for p in folder.glob("*.json") if p != target)
-        missing = [p for p in self._expected if not p.is_file()]
-        if missing:
-            log.warning(
-                "JSONTraceHandler: %d trace(s) of other ranks are not in %s (is the folder on "
-                "storage every node shares?); the merged trace leaves them out. Merge by hand "
-                "with 'obsbus merge-traces'. First: %s",
-                len(missing),
-                folder,
-                missing[0],
-            )
         with self._lock:
-            others = [p for p in self.chrome_traces if p.is_file() and p not in inputs]
-        inputs += others
-        if not inputs:
-            return
-        merge_traces(inputs, target, combine_same_rank=True)
-        if self._remote_merged:
+            others = list(self.chrome_traces)
+        if jt.merge(folder, target, self._expected, others, log) and self._remote_merged:
             remote = logger.format_name(self._remote_merged).lstrip("/")
             self._remote.upload(logger, remote, target, overwrite=True)
