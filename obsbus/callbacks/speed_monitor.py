@@ -192,7 +192,9 @@ class SpeedMonitor(Callback):
     - ``time/total``: ``time/train + time/val``, in ``time_unit``.
 
     The ``time/*`` keys are also logged when an evaluation ends, so the last
-    evaluation's time is recorded even when no log step follows.
+    evaluation's time is recorded even when no log step follows (Composer
+    logs them at ``batch_end`` only: one value per batch, and the time of an
+    evaluation after the last batch is never logged).
 
     Args:
         window_size: batches in the throughput window (Composer's default 100).
