@@ -81,6 +81,9 @@ def console_destinations(
     """Composer's rule: a ``ProgressBarLogger`` (``progress_bar``) and a ``ConsoleLogger``
     (``log_to_console``) on ``console_stream`` are added unless one is in ``loggers``.
 
+    The bar added shows progress and speed but no metric values (``postfix_keys=()``),
+    so it never syncs the device; Composer's shows the loss.
+
     Every argument is checked whether or not its destination is built.
     """
     from obsbus.loggers.console_logger import ConsoleLogger
@@ -114,7 +117,12 @@ def console_destinations(
     LogInterval(interval, "Trainer console_log_interval", TimeUnit.EPOCH)
     added: list[LoggerDestination] = []
     if bar and not any(isinstance(d, ProgressBarLogger) for d in loggers):
-        added.append(ProgressBarLogger(stream=console_stream, log_traces=traces))  # type: ignore[arg-type]
+        # No values in the postfix: showing the loss would turn it into a number (a device
+        # sync) at each refresh, and the default Trainer never syncs on a step that does not
+        # log. A ProgressBarLogger passed in loggers= shows them (at most once a second).
+        added.append(
+            ProgressBarLogger(stream=console_stream, log_traces=traces, postfix_keys=())  # type: ignore[arg-type]
+        )
     if console and not any(isinstance(d, ConsoleLogger) for d in loggers):
         added.append(
             ConsoleLogger(log_interval=interval, stream=console_stream, log_traces=traces)  # type: ignore[arg-type]

@@ -100,6 +100,10 @@ class Trainer:
         strict: make destination failures raise (for tests).
         progress_bar: add a :class:`~obsbus.loggers.ProgressBarLogger` on
             ``console_stream`` unless ``loggers`` has one (Composer's default, True).
+            It shows progress and speed, not the loss: showing a value turns
+            it into a number, a device sync, and this default never syncs on a
+            step that does not log. For the loss in the bar, pass
+            ``loggers=[ProgressBarLogger()]`` (it refreshes at most once a second).
         log_to_console: add a :class:`~obsbus.loggers.ConsoleLogger` printing
             every ``console_log_interval`` (default ``"1ba"``, Composer's; a bare
             int is epochs) on ``console_stream`` unless ``loggers`` has one.
@@ -387,7 +391,8 @@ class Trainer:
                         if self.loss_fn is not None and isinstance(batch, (tuple, list))
                         else batch
                     )
-                    outputs.append(self._run.forward(self.model, inputs))
+                    with autocast_for(self.precision, self.device):
+                        outputs.append(self._run.forward(self.model, inputs))
         finally:
             self.model.train(was_training)
         return outputs

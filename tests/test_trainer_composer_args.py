@@ -45,11 +45,20 @@ def test_progress_bar_is_added_unless_one_is_given():
         assert not any(isinstance(d, ProgressBarLogger) for d in t.state.loggers)
 
 
-def test_the_default_bar_draws_on_console_stream():
-    out = io.StringIO()
-    with trainer(console_stream=out, max_duration="4ba") as t:
+def test_the_default_bar_draws_on_console_stream_and_never_syncs():
+    """Deliberate difference: Composer's bar shows the loss; this one shows no values, since
+    showing one is a device sync at each refresh (a ProgressBarLogger passed in shows them)."""
+    from .test_values import SyncSpy
+
+    out, spy, model = io.StringIO(), SyncSpy(), tiny_model()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.01)  # Adam's own step calls .item()
+    with Trainer(model, regression_data(4), "8ba", loss_fn=F.mse_loss, device="cpu",
+                 optimizers=sgd, console_stream=out) as t, spy:
         t.fit()
-    assert "4/4" in out.getvalue() and "loss=" in out.getvalue()
+    assert "8/8" in out.getvalue() and "loss=" not in out.getvalue()
+    assert spy.calls == []
+    bar = next(d for d in t.state.loggers if isinstance(d, ProgressBarLogger))
+    assert bar.postfix_keys == ()
 
 
 def test_log_to_console_prints_train_and_eval_lines_every_console_log_interval():
@@ -221,3 +230,24 @@ def test_state_callbacks_and_loggers_hold_what_the_run_uses():
         # Composer's order: the destinations, then the callbacks.
         assert t.state.callbacks == [mem, bar, counter]
         assert t.state.loggers == list(t.logger.destinations)
+
+
+def test_amp_fp16_scales_the_loss_with_a_grad_scaler(monkeypatch):
+    """The GPU path, run on the CPU: torch's CPU autocast and GradScaler take float16 too."""
+    import obsbus.trainer
+
+    monkeypatch.setattr(obsbus.trainer, "check_precision_on", lambda precision, device: "amp_fp16")
+    seen = AutocastSeen()
+    model = tiny_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    with Trainer(model, regression_data(4), "4ba", loss_fn=F.mse_loss, device="cpu",
+                 progress_bar=False, callbacks=seen,
+                 optimizers=torch.optim.SGD(model.parameters(), lr=0.1)) as t:
+        t.fit()
+        assert t.state.precision == "amp_fp16"
+        assert isinstance(t._scaler, torch.amp.GradScaler)
+        assert t._scaler.get_scale() > 1.0  # the loss was scaled for backward
+        assert torch.isfinite(t.state.loss)  # state.loss is the unscaled loss
+    assert seen.forward[0] == (True, torch.float16)
+    assert seen.precision[0] == "fp16"
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))

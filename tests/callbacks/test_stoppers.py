@@ -448,7 +448,7 @@ def test_an_eval_metric_syncs_once_per_eval_and_never_on_training_steps():
     trainer = Trainer(model, regression_data(3), "2ep", loss_fn=F.mse_loss,
                       optimizers=torch.optim.SGD(model.parameters(), lr=0.01),  # Adam's step syncs
                       eval_dataloader=regression_data(1), callbacks=[stopper, recorder],
-                      device="cpu", progress_bar=False)  # the bar's lines convert (its own steps)
+                      device="cpu")
     with spy, trainer:
         trainer.fit()
     assert [calls for where, _, calls in recorder.log if where == "batch"] == [[]] * 6
