@@ -47,3 +47,13 @@ def test_logger_smoke_script_passes():
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("\nok    ") + out.stdout.startswith("ok    ") == 5
     assert "logger smoke: all destinations ok" in out.stdout
+
+
+def test_from_composer_example_runs_composers_callbacks_page(capsys, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    memory = runpy.run_path(str(ROOT / "examples" / "from_composer.py"))["main"]()
+    assert len(memory.get_timeseries("throughput/samples_per_sec")["batch"]) == 12  # 16 - 4
+    assert "lr-AdamW/group0" in memory.data
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Epoch: ")]
+    assert len(lines) == 4  # two trainers of 2 epochs: the hook and the run_event forms agree
+    assert lines[:2] == lines[2:] and lines[0] != lines[1]
