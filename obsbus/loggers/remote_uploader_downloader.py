@@ -105,7 +105,8 @@ class RemoteUploaderDownloader(LoggerDestination):
             client settings, ``known_hosts`` for SFTP, ...).
         file_path_format_string: the object name; placeholders
             ``{remote_file_name}``, ``{run_name}``, ``{rank}``, ... (Composer's).
-        num_concurrent_uploads: worker threads.
+        num_concurrent_uploads: worker threads (default 4; Composer's is 1: a
+            slow large checkpoint then holds back every log and trace).
         upload_staging_folder: where staged copies wait (default: a new
             temporary folder, removed at close when nothing failed).
         use_procs: accepted for Composer's code, and changes nothing: obsbus
@@ -118,7 +119,8 @@ class RemoteUploaderDownloader(LoggerDestination):
             start at once (no spawn, no pickling of the store), share the
             retry and failure records, and keep uploading what is queued
             when the program ends without closing the uploader.
-        num_attempts: attempts per file for transient errors.
+        num_attempts: attempts per file for transient errors (default 5, with
+            backoff; Composer's is 3).
         include: glob patterns of the remote file names (as handed to
             ``upload_file``) this uploader takes; ``None``: all. Route traces
             and checkpoints to different buckets with two uploaders.
