@@ -361,7 +361,10 @@ def test_in_memory_logger_get_timeseries():
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "issue 14 items 1 and 4: from obsbus.loggers import Logger; FileLogger(remote_file_name=, buffer_size=). Then a GAP not in issue 14: the text lines are '[hyperparameter][batch=0]: foo: 3' where Composer writes '[hyperparameter]: foo: 3 ', and log_table writes no '[table]: ...' line"
+        "GAP, not in issue 14: FileLogger's text lines are stamped with the batch and end "
+        "without Composer's trailing space ('[hyperparameter][batch=0]: foo: 3', "
+        "'[table][batch=0]: test_table: {\"columns\": [...]}' with JSON spaces) where Composer "
+        "writes '[hyperparameter]: foo: 3 ' and '[table]: test_table: {\"columns\":[...]}'"
     ),
 )
 def test_file_logger(tmp_path):
