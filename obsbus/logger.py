@@ -204,13 +204,47 @@ class Logger:
         self._fan_out("log_table", list(columns), [list(r) for r in rows], name, step)
 
     def log_images(
-        self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
+        self,
+        images: Any,
+        name: str = "Images",
+        channels_last: bool | None = None,
+        step: int | None = None,
+        masks: Mapping[str, Any] | None = None,
+        mask_class_labels: Mapping[int, str] | None = None,
+        use_table: bool | None = None,
+        **kwargs: Any,
     ) -> None:
+        """Hand images to every destination; the arguments in Composer's order.
+
+        ``channels_last=None`` lets each destination tell CHW from HWC by the
+        shape. Destinations are called with keywords (``name=``, ``step=``,
+        and the options that were given), so a destination written with
+        Composer's signature and one with obsbus's both get the right values.
+        """
+        if channels_last is not None and not isinstance(channels_last, bool):
+            raise TypeError(
+                f"log_images channels_last must be a bool or None, got {channels_last!r}. "
+                "The third argument is channels_last, as in Composer; to fix, pass the step "
+                f"as step={channels_last!r}."
+            )
         if step is None:
             step = self._state.timestamp._batch
+        options = {
+            k: v
+            for k, v in (
+                ("channels_last", channels_last),
+                ("masks", masks),
+                ("mask_class_labels", mask_class_labels),
+                ("use_table", use_table),
+            )
+            if v is not None
+        }
+        options.update(kwargs)
         for dest in self.destinations:
             self._contained(
-                dest, "log_images", lambda d=dest: d.log_images(images, name, step, **kwargs)
+                dest,
+                "log_images",
+                lambda d=dest: d.log_images(images, name=name, step=step, **options),
             )
 
     def has_file_uploader(self) -> bool:

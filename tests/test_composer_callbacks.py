@@ -467,3 +467,49 @@ def test_files_handed_over_at_close_reach_an_upload_file_only_destination():
         for _ in run.train([[0]]):
             pass
     assert journal == [("final.txt", "final.txt", False)]
+
+
+# ------------------------------------------------------------------ log_images
+
+
+class ComposerImages(LoggerDestination):
+    """``log_images`` with Composer's LoggerDestination signature (channels_last third)."""
+
+    def __init__(self, journal) -> None:
+        self.journal = journal
+
+    def log_images(
+        self,
+        images,
+        name="Images",
+        channels_last=False,
+        step=None,
+        masks=None,
+        mask_class_labels=None,
+        use_table=True,
+    ):
+        self.journal.append(("composer", name, channels_last, step, masks, use_table))
+
+
+def test_log_images_takes_composers_positional_order_for_both_signatures():
+    journal = []
+    mem = InMemoryLogger()
+    logger = Logger(State(run_name="r"), [ComposerImages(journal), mem])
+    image = torch.zeros(3, 4, 4)
+    logger.log_images(image, "samples", True, 7, {"pred": image}, {0: "bg"}, False)
+    logger.log_images(image, name="default")
+    assert journal == [
+        ("composer", "samples", True, 7, {"pred": image}, False),
+        ("composer", "default", False, 0, None, True),  # Composer's defaults, step 0
+    ]
+    assert [(n, s) for n, s, _ in mem.images] == [("samples", 7), ("default", 0)]
+
+
+def test_log_images_step_in_channels_last_place_says_what_to_write():
+    logger = Logger(State(run_name="r"), [InMemoryLogger()])
+    with pytest.raises(
+        TypeError,
+        match=r"log_images channels_last must be a bool or None, got 5\. The third argument "
+        r"is channels_last, as in Composer; to fix, pass the step as step=5\.",
+    ):
+        logger.log_images(torch.zeros(3, 4, 4), "samples", 5)
