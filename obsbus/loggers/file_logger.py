@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO, cast
 
@@ -26,6 +26,7 @@ from obsbus.loggers._remote_folder import (
     is_uri,
     join,
 )
+from obsbus.loggers._tracker_media import hold_table, table_rows
 from obsbus.loggers.console_logger import format_value
 from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
 from obsbus.naming import check_placeholders
@@ -73,7 +74,9 @@ class FileLogger(LoggerDestination):
     Two files per rank, under the run folder unless a name is absolute:
 
     - ``filename``: a text log a person reads, e.g.
-      ``[metric][batch=12]: loss/train/total: 0.4012``.
+      ``[metric][batch=12]: loss/train/total: 0.4012``; tables as
+      ``[table][batch=12]: name: {"columns":[...],"data":[[...]]}`` (the
+      JSON of Composer's ``[table]`` lines).
     - ``jsonl_filename``: JSON Lines a program reads, one object per logged
       call with ``step``, ``epoch``, ``batch``, ``wall_time`` (Unix seconds)
       and the metrics by name. Load it with pandas in one line:
@@ -335,6 +338,26 @@ class FileLogger(LoggerDestination):
             self._hand_over()
             self._writer.submit(self._write_text, lines)
 
+    @override
+    def log_table(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        name: str = "Table",
+        step: int | None = None,
+    ) -> None:
+        # Tensor cells go to the host without a wait here; the writer formats the line.
+        held, pending = hold_table(rows)
+        at = self._stamp()[1] if step is None else step
+        self._hand_over()
+        self._writer.submit(self._write_table, list(columns), held, pending, name, at)
+
+    def _write_table(
+        self, columns: list[str], rows: list[list[Any]], pending: Any, name: str, step: int
+    ) -> None:
+        table = _encode_table({"columns": columns, "data": table_rows(rows, pending)})
+        self._write_text([f"[table][batch={step}]: {name}: {table}"])
+
     def _captured(self, tag: str, lines: list[str]) -> None:
         text = [f"[{tag}]: {line}" for line in lines]
         if threading.current_thread().name == f"obsbus-writer-{self._writer.name}":
@@ -483,6 +506,8 @@ _WAIT_S = 60.0
 #: NaN and ±inf stay Python's ``NaN``/``Infinity`` tokens (see the class docstring for why).
 _encode = json.JSONEncoder(default=str, check_circular=False, allow_nan=True).encode
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: A table as pandas' ``to_json(orient="split", index=False)`` writes it (Composer's lines).
+_encode_table = json.JSONEncoder(default=str, separators=(",", ":")).encode
 
 
 def _json_line(row: dict[str, Any]) -> str:

@@ -353,3 +353,20 @@ def test_buffer_size_is_opens_buffering(tmp_path, buffer_size, line_buffered):
         rows = read_jsonl(tmp_path / "run" / "metrics-rank0.jsonl")
         assert [r["step"] for r in rows] == [1, 2]
     assert files.buffer_size == buffer_size
+
+
+def test_tables_are_written_as_composers_table_lines(tmp_path):
+    """Composer's FileLogger writes ``[table]: test_table: {"columns":[...],"data":[...]}``
+    (``tests/loggers/test_file_logger.py::test_file_logger``); obsbus adds the batch."""
+    import torch
+
+    class Table(Callback):
+        def batch_end(self, state, logger):
+            logger.log_table(columns=["prompt", "generation"],
+                             rows=[["p0", "g0"], ["p1", torch.tensor(0.5)]], name="test_table")
+
+    with fit(tmp_path, [FileLogger()], duration="1ba", callbacks=[Table()]) as trainer:
+        trainer.fit()
+    text = (tmp_path / "run" / "logs-rank0.txt").read_text()
+    assert ('[table][batch=1]: test_table: {"columns":["prompt","generation"],'
+            '"data":[["p0","g0"],["p1",0.5]]}\n') in text
