@@ -116,7 +116,7 @@ class Logger:
     def __init__(
         self,
         state: State,
-        destinations: Iterable[LoggerDestination] = (),
+        destinations: LoggerDestination | Iterable[LoggerDestination] | None = (),
         *,
         strict: bool = False,
         failures: FailureLog | None = None,
@@ -127,6 +127,10 @@ class Logger:
         if not isinstance(cast(object, failures), (FailureLog, type(None))):
             raise TypeError(f"Logger failures must be a FailureLog or None, got {failures!r}.")
         self._state = state
+        if destinations is None:  # Composer's default
+            destinations = ()
+        elif isinstance(destinations, LoggerDestination):  # one, as Composer takes it
+            destinations = (destinations,)
         if not is_list_like(destinations):
             raise TypeError(
                 f"Logger destinations must be a list of LoggerDestination, got {destinations!r}."

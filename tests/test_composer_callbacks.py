@@ -513,3 +513,12 @@ def test_log_images_step_in_channels_last_place_says_what_to_write():
         r"is channels_last, as in Composer; to fix, pass the step as step=5\.",
     ):
         logger.log_images(torch.zeros(3, 4, 4), "samples", 5)
+
+
+def test_logger_takes_none_or_one_destination_as_composers():
+    state = State(run_name="r")
+    mem = InMemoryLogger()
+    assert Logger(state, None).destinations == ()
+    assert Logger(state, mem).destinations == (mem,)
+    with pytest.raises(TypeError, match="Logger destinations must be a list of LoggerDestination"):
+        Logger(state, "console")
