@@ -522,3 +522,24 @@ def test_logger_takes_none_or_one_destination_as_composers():
     assert Logger(state, mem).destinations == (mem,)
     with pytest.raises(TypeError, match="Logger destinations must be a list of LoggerDestination"):
         Logger(state, "console")
+
+
+def test_the_trainer_warns_at_construction_too():
+    from obsbus import Trainer
+
+    class Typo(Callback):
+        def after_backwards(self, state, logger):
+            pass
+
+    with pytest.warns(ObsbusWarning, match=r"Typo\.after_backwards .* 'after_backward'") as got:
+        trainer = Trainer(
+            tiny_model(),
+            regression_data(1),
+            "1ba",
+            loss_fn=F.mse_loss,
+            callbacks=Typo(),
+            device="cpu",
+            progress_bar=False,
+        )
+    assert got[0].filename == __file__
+    trainer.close()
