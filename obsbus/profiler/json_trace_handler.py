@@ -180,25 +180,25 @@ class JSONTraceHandler(TraceHandler):
         categories: Sequence[str],
         is_start: bool,
         timestamp: Timestamp,
-        wall_ns: int,
+        wall_clock_time_ns: int,
     ) -> None:
         if is_start:
             self._open[name] = self._open.get(name, 0) + 1
             args = {"epoch": timestamp.epoch.value, "batch": timestamp._batch}
-            self._event("B", name, categories, wall_ns, args=args)
+            self._event("B", name, categories, wall_clock_time_ns, args=args)
             return
         if self._open.get(name, 0) > 0:
             self._open[name] -= 1
-            self._event("E", name, categories, wall_ns)
+            self._event("E", name, categories, wall_clock_time_ns)
         elif self._carried.get(name, 0) > 0:
             self._carried[name] -= 1  # ended at an earlier save already
 
     @override
     def process_instant_event(
-        self, name: str, categories: Sequence[str], timestamp: Timestamp, wall_ns: int
+        self, name: str, categories: Sequence[str], timestamp: Timestamp, wall_clock_time_ns: int
     ) -> None:
         args = {"epoch": timestamp.epoch.value, "batch": timestamp._batch}
-        self._event("i", name, categories, wall_ns, s="t", args=args)
+        self._event("i", name, categories, wall_clock_time_ns, s="t", args=args)
 
     @override
     def process_counter_event(
@@ -206,10 +206,10 @@ class JSONTraceHandler(TraceHandler):
         name: str,
         categories: Sequence[str],
         timestamp: Timestamp,
-        wall_ns: int,
+        wall_clock_time_ns: int,
         values: Mapping[str, float],
     ) -> None:
-        self._event("C", name, categories, wall_ns, args=dict(values))
+        self._event("C", name, categories, wall_clock_time_ns, args=dict(values))
 
     @override
     def process_chrome_json_trace_file(self, file_path: Path) -> None:
@@ -219,6 +219,12 @@ class JSONTraceHandler(TraceHandler):
     # ---------------------------------------------------------------- hooks
     @override
     def init(self, state: State, logger: Logger) -> None:
+        if state.profiler is None:  # Composer raises too (at batch_start)
+            raise RuntimeError(
+                "JSONTraceHandler records what a Profiler's markers record, and this run has "
+                "no Profiler. To fix, pass profiler=Profiler(schedule, [JSONTraceHandler()]) to "
+                "the Trainer or Run instead of the handler in callbacks."
+            )
         self._state, self._logger = state, logger
         folder = check_folder_at_init(
             "JSONTraceHandler", "folder", self._path(state, logger, "x").parent

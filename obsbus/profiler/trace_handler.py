@@ -19,7 +19,8 @@ class TraceHandler(Callback):
     writes a file at each ``active_and_save`` batch. Every method is a no-op;
     override what you store. Times are wall-clock nanoseconds
     (``time.time_ns()``), the training ``timestamp`` is the run's progress when
-    the event happened.
+    the event happened. The methods and their parameters are Composer's (the
+    profiler passes them by position, so a subclass may name them as it likes).
 
     Example:
         >>> class Count(TraceHandler):
@@ -45,12 +46,12 @@ class TraceHandler(Callback):
         categories: Sequence[str],
         is_start: bool,
         timestamp: Timestamp,
-        wall_ns: int,
+        wall_clock_time_ns: int,
     ) -> None:
         """A span begins (``is_start``) or ends."""
 
     def process_instant_event(
-        self, name: str, categories: Sequence[str], timestamp: Timestamp, wall_ns: int
+        self, name: str, categories: Sequence[str], timestamp: Timestamp, wall_clock_time_ns: int
     ) -> None:
         """Something happened at one moment."""
 
@@ -59,7 +60,7 @@ class TraceHandler(Callback):
         name: str,
         categories: Sequence[str],
         timestamp: Timestamp,
-        wall_ns: int,
+        wall_clock_time_ns: int,
         values: Mapping[str, float],
     ) -> None:
         """Counter values at one moment (CPU %, memory, ...)."""

@@ -407,3 +407,23 @@ def test_record_chrome_json_trace_file_reaches_every_handler(tmp_path):
     profiler = Profiler(lambda s: S, [first, second], **COMPOSER_OFF)
     profiler.record_chrome_json_trace_file(str(tmp_path / "t.json"))
     assert first.chrome_traces == second.chrome_traces == [tmp_path / "t.json"]
+
+
+def test_a_json_trace_handler_without_a_profiler_fails_at_init(tmp_path):
+    with pytest.raises(RuntimeError, match=r"JSONTraceHandler records what a Profiler's markers "
+                       r"record, and this run has no Profiler\. To fix, pass "
+                       r"profiler=Profiler\(schedule, \[JSONTraceHandler\(\)\]\)"):
+        Run(run_folder=tmp_path / "run", callbacks=[JSONTraceHandler()])
+
+
+def test_a_composer_trace_handler_names_its_parameters_as_composer_does(tmp_path):
+    """Composer's TraceHandler methods take wall_clock_time_ns; called by keyword, they work."""
+    handler = JSONTraceHandler(merged_trace_filename=None)
+    profiler = Profiler(lambda s: SAVE, [handler], **COMPOSER_OFF)
+    with Run(max_duration="1ba", run_folder=tmp_path / "run", profiler=profiler) as run:
+        for _ in run.train([[1]]):
+            handler.process_instant_event(name="kw", categories=["c"],
+                                          timestamp=run.state.timestamp,
+                                          wall_clock_time_ns=1_000_000)
+    (instant,) = [e for e in events(handler.saved_traces[0]) if e["name"] == "kw"]
+    assert (instant["ph"], instant["ts"], instant["cat"]) == ("i", 1000.0, "c")
