@@ -22,13 +22,14 @@ from obsbus._run_args import (
     check_profiler,
 )
 from obsbus._signals import sigterm_as_exception
+from obsbus._state_args import check_precision
 from obsbus.callback import Callback
 from obsbus.engine import Engine
 from obsbus.event import Event
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.run_folder import RunFolder
-from obsbus.state import State, check_precision
+from obsbus.state import State
 from obsbus.time import Time, TimeLike, Timestamp, TimeUnit
 
 if TYPE_CHECKING:

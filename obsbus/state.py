@@ -11,13 +11,11 @@ from typing import Any
 from obsbus import dist
 from obsbus._check import check_mapping
 from obsbus._run_args import check_duration, check_objects_with
+from obsbus._state_args import check_optional_int, check_precision, check_state_device
 from obsbus.run_folder import RunFolder, os_user
 from obsbus.time import Time, TimeLike, Timestamp, TimeUnit
 
-__all__ = ["PRECISIONS", "State", "check_precision", "check_state_device", "default_run_name"]
-
-#: The precisions a run may declare (Composer's ``Precision`` values but ``amp_fp8``).
-PRECISIONS = ("fp32", "amp_fp16", "amp_bf16")
+__all__ = ["State", "default_run_name"]
 
 
 def default_run_name() -> str:
@@ -34,59 +32,6 @@ def default_run_name() -> str:
     if dist.is_initialized() and dist.get_world_size() > 1:
         name = dist.all_gather_object(name)[0]
     return name
-
-
-def check_precision(owner: str, value: object) -> str | None:
-    """``value`` as one of :data:`PRECISIONS` (a ``Precision``-like enum gives its value)."""
-    if value is None:
-        return None
-    raw = getattr(value, "value", value)  # Composer's Precision is a str enum
-    if not isinstance(raw, str):
-        raise TypeError(
-            f"{owner} precision must be one of {', '.join(map(repr, PRECISIONS))} or None, "
-            f"got {value!r}."
-        )
-    if raw.lower() not in PRECISIONS:
-        hint = ""
-        if raw.lower() == "amp_fp8":
-            hint = " amp_fp8 needs TransformerEngine, which obsbus's Trainer does not drive."
-        raise ValueError(
-            f"{owner} precision {value!r} is not supported; accepted: "
-            f"{', '.join(map(repr, PRECISIONS))} or None.{hint}"
-        )
-    return raw.lower()
-
-
-def check_state_device(value: object) -> Any:
-    """``value`` if it names a device: a str or index torch parses, a ``torch.device``, None.
-
-    No availability check: a state describes the device of a loop that may run
-    elsewhere; :class:`~obsbus.Run` and :class:`~obsbus.Trainer` check that.
-    """
-    if value is None:
-        return None
-    accepted = "a device such as 'cpu', 'cuda', 'cuda:1', a torch.device or None"
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        if type(value).__name__ == "device" and hasattr(value, "type"):  # a torch.device
-            return value
-        raise TypeError(f"State device must be {accepted}, got {value!r}.")
-    import torch  # only for a device given by name: ``import obsbus`` stays light
-
-    try:
-        torch.device(value)
-    except (RuntimeError, ValueError) as exc:
-        raise ValueError(f"State device must be {accepted}, got {value!r} ({exc}).") from None
-    return value
-
-
-def _check_optional_int(name: str, value: object, *, minimum: int) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"State {name} must be an int >= {minimum} or None, got {value!r}.")
-    if value < minimum:
-        raise ValueError(f"State {name} must be an int >= {minimum} or None, got {value!r}.")
-    return value
 
 
 class State:
@@ -180,10 +125,10 @@ class State:
         hparams = check_mapping("State", "hparams", hparams)
         self.device = check_state_device(device)
         self.precision: str | None = check_precision("State", precision)
-        self.rank_zero_seed: int | None = _check_optional_int(
+        self.rank_zero_seed: int | None = check_optional_int(
             "rank_zero_seed", rank_zero_seed, minimum=0
         )
-        self.device_train_microbatch_size: int | None = _check_optional_int(
+        self.device_train_microbatch_size: int | None = check_optional_int(
             "device_train_microbatch_size", device_train_microbatch_size, minimum=1
         )
         self.run_name: str = run_name or default_run_name()

@@ -20,6 +20,7 @@ from obsbus._run_args import (
     check_optimizers,
     check_profiler,
 )
+from obsbus._state_args import check_precision
 from obsbus._trainer_args import (
     autocast_for,
     check_precision_on,
@@ -32,7 +33,7 @@ from obsbus.callback import Callback
 from obsbus.logger import LoggerDestination
 from obsbus.run import EvalInterval, Run, _check_eval_interval
 from obsbus.run_folder import RunFolder
-from obsbus.state import State, check_precision
+from obsbus.state import State
 from obsbus.time import TimeLike, Timestamp
 
 __all__ = ["Trainer"]
