@@ -146,7 +146,9 @@ class Run:
     reset at ``eval_start``, computed at ``eval_end`` and logged as
     ``metrics/{label}/{name}`` (next to ``metrics/{label}/loss``); they are kept
     in ``state.eval_metrics[label]``. ``update`` and ``compute`` run on the
-    device and nothing is turned into a number: no host sync.
+    device and nothing is turned into a number: no host sync. On several
+    ranks a torchmetrics ``compute`` gathers across them, so a
+    ``train_metrics_interval`` of your log interval keeps that off other steps.
 
     **Resuming.** ``timestamp=Timestamp(epoch=..., batch=..., sample=...)``
     starts the run where an earlier one stopped (before ``init``), so steps,
