@@ -497,3 +497,34 @@ def test_console_logger_interval(
     expected_num_lines = expected_num_logging_events * num_metrics_and_losses_per_logging_event
 
     assert actual_num_log_lines == expected_num_lines
+
+
+def test_logger_file_upload():
+    """Source: tests/loggers/test_logger.py::test_logger_file_upload (a destination that
+    overrides only ``upload_file``; the file need not exist)."""
+    import pathlib
+
+    from obsbus.core.state import State
+    from obsbus.loggers import Logger, LoggerDestination
+
+    dummy_state = State(run_name="dummy_run_name", max_duration="10ep")
+    file_logged = False
+
+    class DummyLoggerDestination(LoggerDestination):
+        def upload_file(
+            self, state: State, remote_file_name: str, file_path: pathlib.Path, *, overwrite: bool
+        ):
+            nonlocal file_logged
+            file_logged = True
+            assert remote_file_name == "foo"
+            assert file_path.name == "bar"
+            assert overwrite
+
+    logger = Logger(state=dummy_state, destinations=[DummyLoggerDestination()])
+    logger.upload_file(
+        remote_file_name="foo",
+        file_path="bar",
+        overwrite=True,
+    )
+
+    assert file_logged
