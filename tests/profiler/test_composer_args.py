@@ -427,3 +427,20 @@ def test_a_composer_trace_handler_names_its_parameters_as_composer_does(tmp_path
                                           wall_clock_time_ns=1_000_000)
     (instant,) = [e for e in events(handler.saved_traces[0]) if e["name"] == "kw"]
     assert (instant["ph"], instant["ts"], instant["cat"]) == ("i", 1000.0, "c")
+
+
+def test_composers_merge_call_merges_a_runs_traces(tmp_path):
+    from obsbus.profiler.json_trace_merger import merge_traces
+
+    handler = JSONTraceHandler()
+    profiler = Profiler(lambda s: A if s.timestamp.batch.value % 2 == 0 else SAVE, [handler],
+                        **COMPOSER_OFF)
+    fit(tmp_path, profiler)
+    merge_traces(tmp_path / "mine.json", *handler.saved_traces)  # Composer: output first
+    mine = events(tmp_path / "mine.json")
+    theirs = events(tmp_path / "run" / "traces" / "merged_trace.json")
+    assert sorted((e["name"], e["ph"], e.get("ts")) for e in mine if e["ph"] != "M") == sorted(
+        (e["name"], e["ph"], e.get("ts")) for e in theirs if e["ph"] != "M")
+    with pytest.raises(ValueError, match=r"merge_traces\('out.json'\) got no trace files: the "
+                       r"output comes first, then the traces"):
+        merge_traces("out.json")
