@@ -79,12 +79,33 @@ def run_loop(callbacks, loggers=()):
 # ------------------------------------------------------------------ run_event
 
 
+#: Where obsbus's counts for this fit differ from Composer's (composer/trainer/trainer.py at
+#: commit 6405188: ``_increment_iteration`` fires ``iteration_end`` and ``iteration_checkpoint``
+#: only when ``state._iteration_length`` is set and reached; it is unset by default, so a
+#: plain fit fires neither). obsbus closes one iteration per ``fit()`` (the Event docs).
+#: event -> (obsbus's count, Composer's count).
+ITERATION_DIFFERENCE = {Event.ITERATION_END: (1, 0), Event.ITERATION_CHECKPOINT: (1, 0)}
+
+
+def composer_fit_counts() -> dict[Event, int]:
+    """Composer's count of each event for test_events_order's fit: 2 epochs of 4 batches,
+    grad_accum 2, eval of 2 batches after each epoch."""
+    counts = {e: expected_fit_counts()[e] for e in Event}
+    counts.update({e: composer for e, (_, composer) in ITERATION_DIFFERENCE.items()})
+    return counts
+
+
+def assert_composers_counts(counts: Counter[Event]) -> None:
+    differences = {e: (counts[e], n) for e, n in composer_fit_counts().items() if counts[e] != n}
+    assert differences == ITERATION_DIFFERENCE  # every other event: Composer's exact count
+
+
 def test_run_event_override_sees_composers_counts_under_trainer():
     counter, hooks = RunEventCounter(), EventCounter()
     for callback in (counter, hooks):
         with make_trainer(callback) as trainer:
             trainer.fit()
-    assert {e: counter.counts[e] for e in Event} == {e: expected_fit_counts()[e] for e in Event}
+    assert_composers_counts(counter.counts)
     assert_pairs_nest(counter.order)
     assert counter.order == hooks.order
 
@@ -92,7 +113,7 @@ def test_run_event_override_sees_composers_counts_under_trainer():
 def test_run_event_override_sees_composers_counts_under_run():
     counter, hooks = RunEventCounter(), EventCounter()
     run_loop([counter, hooks])
-    assert {e: counter.counts[e] for e in Event} == {e: expected_fit_counts()[e] for e in Event}
+    assert_composers_counts(counter.counts)
     assert counter.order == hooks.order
 
 
@@ -151,8 +172,7 @@ def test_destination_with_run_event_gets_every_event_and_its_logging_calls():
     journal = []
     mem = InMemoryLogger()
     run = run_loop([], [RunEventDestination(journal), mem])
-    counts = Counter(event for _, event in journal)
-    assert {e: counts[e] for e in Event} == {e: expected_fit_counts()[e] for e in Event}
+    assert_composers_counts(Counter(event for _, event in journal))
     assert run.engine.closed and "loss/train/total" in mem.most_recent_values
 
 
