@@ -11,7 +11,8 @@ The rules, applied to public methods that are not themselves obsbus names:
    (then ``train_`` is dropped, ``validation_``/``val_``/``test_`` become
    ``eval_``, and a few whole names are mapped, e.g. ``train_start`` to
    ``fit_start``); ``pre_``/``post_`` become ``before_``/``after_``;
-   ``_begin`` becomes ``_start``; a plural ``s`` is dropped.
+   ``_begin`` becomes ``_start``; a leading ``after_``/``before_`` is
+   dropped (``after_batch_end``); a plural ``s`` is dropped.
 2. One edit (a letter added, dropped, changed, or two swapped) from a hook of
    seven letters or more, before or after those rewrites.
 
@@ -154,6 +155,9 @@ def _rewrites(name: str) -> list[str]:
                 break
         candidates += [stem, _ALIASES.get(stem, stem)]
     candidates.append(_NAME_ALIASES.get(name, name))
+    for prefix in ("after_", "before_"):  # after_batch_end, before_fit_start
+        if name.startswith(prefix):
+            candidates.append(name[len(prefix) :])
     out: list[str] = []
     for candidate in candidates:
         out.append(candidate)

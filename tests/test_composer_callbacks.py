@@ -333,6 +333,8 @@ def _class_with(name, base=Callback):
         ("on_init_end", "init"),  # transformers
         ("on_exception", "exception"),  # Lightning
         ("state_dicts", "state_dict"),
+        ("after_batch_end", "batch_end"),  # a prefix too many
+        ("before_fit_start", "fit_start"),
     ],
 )
 def test_a_near_miss_hook_name_warns_at_construction_naming_the_hook(name, meant):
