@@ -188,7 +188,10 @@ class SpeedMonitor(Callback):
     - ``time/val``: time spent evaluating (``eval_before_all`` to
       ``eval_after_all``, standalone evaluation included; ``eval_start`` to
       ``eval_end`` for a loop that fires only those), in ``time_unit``.
-      Composer's key; obsbus logged it as ``time/eval`` before.
+      Composer's key.
+    - ``time/eval``: the same value under obsbus's earlier name, which the
+      README's key table promised; kept for dashboards built on it. New
+      dashboards should use ``time/val``.
     - ``time/total``: ``time/train + time/val``, in ``time_unit``.
 
     The ``time/*`` keys are also logged when an evaluation ends, so the last
@@ -406,6 +409,7 @@ class SpeedMonitor(Callback):
         return {
             "time/train": train / unit,
             "time/val": evaluation / unit,
+            "time/eval": evaluation / unit,  # the earlier obsbus name (see the key list)
             "time/total": (train + evaluation) / unit,
         }
 
