@@ -80,7 +80,7 @@ class Callback:
         """At the start of each ``fit()`` (or ``Run`` start)."""
 
     def iteration_start(self, state: State, logger: Logger) -> None:
-        """At the start of an iteration (one per ``fit()`` call)."""
+        """At the start of the run's iteration: the first ``fit()`` (a later one continues it)."""
 
     def epoch_start(self, state: State, logger: Logger) -> None:
         """At the start of each epoch."""
@@ -131,7 +131,8 @@ class Callback:
         """After ``epoch_end`` (and any eval it triggers): time to save a checkpoint."""
 
     def iteration_end(self, state: State, logger: Logger) -> None:
-        """At the end of an iteration."""
+        """At the end of an iteration: never fired by obsbus's loops, as Composer's without an
+        ``iteration_length`` (a trainer with iterations fires it)."""
 
     def iteration_checkpoint(self, state: State, logger: Logger) -> None:
         """After ``iteration_end``."""

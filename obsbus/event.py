@@ -20,7 +20,7 @@ class Event(StrEnum):
 
         # fit()
         fit_start
-        iteration_start                # one iteration per fit() call
+        iteration_start                # at the first fit(): the run is one iteration
         for epoch in epochs:           # until max_duration or stop_training()
             epoch_start
             while True:
@@ -51,8 +51,8 @@ class Event(StrEnum):
             epoch_end
             if eval is due (epoch interval): <eval in fit>
             epoch_checkpoint
-        iteration_end
-        iteration_checkpoint
+        # iteration_end, iteration_checkpoint: never fired, as in Composer
+        # without an iteration_length (obsbus has none)
         fit_end
 
         # <eval in fit>                  # eval() standalone instead fires

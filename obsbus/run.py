@@ -71,8 +71,6 @@ _EXCEPTION = Event.EXCEPTION
 _FIT_END = Event.FIT_END
 _FIT_START = Event.FIT_START
 _INIT = Event.INIT
-_ITERATION_CHECKPOINT = Event.ITERATION_CHECKPOINT
-_ITERATION_END = Event.ITERATION_END
 _ITERATION_START = Event.ITERATION_START
 _PREDICT_AFTER_FORWARD = Event.PREDICT_AFTER_FORWARD
 _PREDICT_BATCH_END = Event.PREDICT_BATCH_END
@@ -300,13 +298,13 @@ class Run:
             try:
                 with self.guard():
                     self.engine.run_event(_FIT_START)
-                    self.engine.run_event(_ITERATION_START)
+                    ts = self.state.timestamp
+                    if ts._epoch_in_iteration == 0 and ts._batch_in_epoch == 0:
+                        # As Composer: the run is one iteration (no iteration_length), so a
+                        # later fit() continues it and iteration_end never fires.
+                        self.engine.run_event(_ITERATION_START)
                     yield self
-                    state = self.state
                     self._log_train_metrics()  # what the last interval did not compute
-                    state.timestamp = state.timestamp.to_next_iteration(self._elapsed())
-                    self.engine.run_event(_ITERATION_END)
-                    self.engine.run_event(_ITERATION_CHECKPOINT)
                     self.engine.run_event(_FIT_END)
             finally:
                 self._fitting = False

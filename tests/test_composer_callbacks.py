@@ -79,12 +79,12 @@ def run_loop(callbacks, loggers=()):
 # ------------------------------------------------------------------ run_event
 
 
-#: Where obsbus's counts for this fit differ from Composer's (composer/trainer/trainer.py at
-#: commit 6405188: ``_increment_iteration`` fires ``iteration_end`` and ``iteration_checkpoint``
-#: only when ``state._iteration_length`` is set and reached; it is unset by default, so a
-#: plain fit fires neither). obsbus closes one iteration per ``fit()`` (the Event docs).
+#: Where obsbus's counts for this fit differ from Composer's: nowhere. (composer/trainer/trainer.py
+#: at commit 6405188: ``_increment_iteration`` fires ``iteration_end`` and ``iteration_checkpoint``
+#: only when ``state._iteration_length`` is set and reached; it is unset by default, so a plain
+#: fit fires neither, and obsbus, which has no iteration length, fires neither either.)
 #: event -> (obsbus's count, Composer's count).
-ITERATION_DIFFERENCE = {Event.ITERATION_END: (1, 0), Event.ITERATION_CHECKPOINT: (1, 0)}
+ITERATION_DIFFERENCE: dict[Event, tuple[int, int]] = {}
 
 
 def composer_fit_counts() -> dict[Event, int]:

@@ -24,8 +24,7 @@ def expected_fit_counts() -> Counter:
     per_eval = [Event.EVAL_BATCH_START, Event.EVAL_BEFORE_FORWARD, Event.EVAL_AFTER_FORWARD,
                 Event.EVAL_BATCH_END]
     counts = Counter({Event.INIT: 1, Event.BEFORE_LOAD: 1, Event.AFTER_LOAD: 1, Event.FIT_START: 1,
-                      Event.ITERATION_START: 1, Event.ITERATION_END: 1,
-                      Event.ITERATION_CHECKPOINT: 1, Event.FIT_END: 1})
+                      Event.ITERATION_START: 1, Event.FIT_END: 1})  # no iteration_end: Composer's
     counts.update({ev: e for ev in (Event.EPOCH_START, Event.EPOCH_END, Event.EPOCH_CHECKPOINT)})
     counts[Event.BEFORE_DATALOADER] = e * (b + 1)  # the last call finds the epoch exhausted
     counts.update({ev: e * b for ev in per_batch})
@@ -44,11 +43,14 @@ def assert_counts(counter: EventCounter, expected: Counter) -> None:
 def assert_pairs_nest(order):
     """Every before/start event is closed by its after/end event before its parent closes.
 
-    The one documented exception: the ``before_dataloader`` that finds the epoch
-    exhausted has no ``after_dataloader``.
+    The documented exceptions: the ``before_dataloader`` that finds the epoch
+    exhausted has no ``after_dataloader``, and ``iteration_start`` has no
+    ``iteration_end`` (as in Composer without an iteration length).
     """
     stack = []
     for event in order:
+        if event is Event.ITERATION_START:
+            continue
         if event.is_before_event:
             stack.append(event.canonical_name)
         elif event.is_after_event:
@@ -74,7 +76,7 @@ def test_trainer_fit_fires_every_event_the_documented_number_of_times():
     assert_pairs_nest(counter.order)
     assert counter.order[:5] == [Event.INIT, Event.BEFORE_LOAD, Event.AFTER_LOAD, Event.FIT_START,
                                  Event.ITERATION_START]
-    assert counter.order[-3:] == [Event.ITERATION_END, Event.ITERATION_CHECKPOINT, Event.FIT_END]
+    assert counter.order[-2:] == [Event.EPOCH_CHECKPOINT, Event.FIT_END]
     # eval in fit runs after epoch_end and before epoch_checkpoint
     i = counter.order.index(Event.EPOCH_END)
     assert counter.order[i + 1] == Event.EVAL_BEFORE_ALL
@@ -296,3 +298,15 @@ def test_eval_time_counts_in_total_but_not_in_the_next_batch():
     assert all(batch_wct < 0.2 for batch_wct, _ in seen), seen
     assert seen[-1][1] >= 0.6  # two evals happened before the third batch ended
     assert run.state.timestamp.total_wct >= 0.9
+
+
+def test_a_second_fit_continues_the_iteration_as_in_composer():
+    """Composer fires ``iteration_start`` at the start of an iteration only (its trainer.py
+    ``_train_loop``): a second ``fit(duration=...)`` continues the run's one iteration."""
+    counter = EventCounter()
+    with make_trainer(counter) as trainer:
+        trainer.fit()
+        trainer.fit(duration="1ep")
+    assert counter.counts[Event.FIT_START] == 2 and counter.counts[Event.EPOCH_START] == 3
+    assert counter.counts[Event.ITERATION_START] == 1
+    assert counter.counts[Event.ITERATION_END] == counter.counts[Event.ITERATION_CHECKPOINT] == 0
