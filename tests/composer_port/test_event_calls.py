@@ -90,15 +90,6 @@ def test_composer_trainer_arguments():
     trainer.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 14 item 1 (Composer's exact counts for a fit with eval and grad_accum=2): obsbus "
-        "fires ITERATION_END and ITERATION_CHECKPOINT once per fit; Composer fires them only when "
-        "an iteration (its iteration_length in epochs) completes, so 0 in this fit. Every other "
-        "count matches"
-    ),
-)
 @pytest.mark.parametrize("save_interval", ["1ep", "1ba"])
 def test_event_calls(save_interval):
     """Source: TestEventCalls.test_event_calls / _run_event_calls_test /
