@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 
@@ -17,6 +19,11 @@ def _isolate(tmp_path, monkeypatch):
     from obsbus.log import reset_logging
 
     reset_logging()  # a test that set up loguru and forgot to undo it
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and hasattr(wandb, "teardown"):
+        # wandb keeps the settings of its first run in a process-wide singleton: a test that ran
+        # it with WANDB_MODE=disabled would make every later offline run write no files.
+        wandb.teardown()
 
 
 @pytest.fixture(params=[True, False], ids=["cpu-read", "transfer"])
