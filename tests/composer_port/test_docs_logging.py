@@ -119,22 +119,15 @@ def test_logging_additional_data():
     assert memory.most_recent_values == {"Epoch": 0}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 14 item 1: Composer's module paths obsbus.core.state, obsbus.core.time, obsbus.loggers.logger_destination"
-    ),
-)
 def test_custom_logger_destination(model, train_dataloader):
     """Source: logging.rst, "Custom Logger Destinations": DictionaryLogger, with the page's
     own import lines. (The page's ``log_metrics`` loops over ``self.data`` instead of
     ``metrics``, so it records nothing, in Composer as here; it is ported as written.)"""
     from typing import Any, Optional
 
-    from obsbus.loggers.logger_destination import LoggerDestination
-
     from obsbus.core.state import State
     from obsbus.core.time import Timestamp
+    from obsbus.loggers.logger_destination import LoggerDestination
 
     class DictionaryLogger(LoggerDestination):
         def __init__(self):
