@@ -233,24 +233,7 @@ LACKING: dict[str, tuple[str, str]] = {
 }
 
 #: Composer module paths whose names obsbus has under another path.
-LACKING_PATHS: dict[str, tuple[str, str]] = {
-    "composer.loggers.logger": (
-        "obsbus's Logger is in obsbus.logger",
-        "from obsbus.loggers import Logger",
-    ),
-    "composer.loggers.logger_destination": (
-        "obsbus's LoggerDestination is in obsbus.logger",
-        "from obsbus.loggers import LoggerDestination",
-    ),
-    "composer.loggers.cometml_logger": (
-        "obsbus's module is comet_ml_logger",
-        "from obsbus.loggers import CometMLLogger",
-    ),
-    "composer.profiler.profiler_schedule": (
-        "obsbus's module is schedule",
-        "from obsbus.profiler import cyclic_schedule",
-    ),
-}
+LACKING_PATHS: dict[str, tuple[str, str]] = {}
 
 
 def _obsbus_name(composer_name: str) -> str:
