@@ -285,11 +285,9 @@ def test_marker(dummy_state):
 def test_json_trace_profiler_handler(tmp_path):
     """Source: tests/profiler/test_json_trace_handler.py::test_json_trace_profiler_handler."""
     from obsbus import Trainer
-    from obsbus.profiler import (
-        Profiler,
-        cyclic_schedule,  # Composer: composer.profiler.profiler_schedule
-    )
+    from obsbus.profiler import Profiler
     from obsbus.profiler.json_trace_handler import JSONTraceHandler
+    from obsbus.profiler.profiler_schedule import cyclic_schedule
 
     # Construct the trainer
     profiler = Profiler(

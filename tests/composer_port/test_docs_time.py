@@ -2,10 +2,9 @@
 
 Sources (mosaicml/composer at commit 6405188805a0054b4551ec49e4919c54c971d0e8):
 docs/source/trainer/time.rst (https://docs.mosaicml.com/projects/composer/en/latest/trainer/time.html)
-and tests/test_time.py. ``from composer.core.time import Time, Timestamp, TimeUnit`` is
-written ``from obsbus import ...`` (the names Composer's top level exports too), so that one
-missing module path doesn't hide the behaviour under test; ``test_import_paths.py`` ports
-the module paths themselves.
+and tests/test_time.py. The page's examples import from ``obsbus`` (Composer's top level
+exports the same names); the unit tests' ``from composer.core.time import ...`` is
+``from obsbus.core.time import ...``.
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ def test_docs_tracking_time_samples():
 )
 def test_time_parse(time_string, expected_value, expected_unit):
     """Source: tests/test_time.py::test_time_parse."""
-    from obsbus import Time, TimeUnit
+    from obsbus.core.time import Time, TimeUnit
 
     time = Time.from_timestring(time_string)
     assert time.value == expected_value
@@ -98,14 +97,14 @@ def test_time_parse(time_string, expected_value, expected_unit):
 )
 def test_to_timestring(expected_timestring, value, unit):
     """Source: tests/test_time.py::test_to_timestring."""
-    from obsbus import Time
+    from obsbus.core.time import Time
 
     assert Time(value, unit).to_timestring() == expected_timestring
 
 
 def test_time_math():
     """Source: tests/test_time.py::test_time_math."""
-    from obsbus import Time
+    from obsbus.core.time import Time
 
     t1 = Time.from_timestring("1ep")
     t2 = Time.from_timestring("2ep")
@@ -159,7 +158,7 @@ def test_invalid_math(op):
     the units differ."""
     import operator
 
-    from obsbus import Time
+    from obsbus.core.time import Time
 
     t1 = Time.from_timestring("1ep")
     t2 = Time.from_timestring("1ba")
@@ -169,7 +168,7 @@ def test_invalid_math(op):
 
 def test_time_from_input():
     """Source: tests/test_time.py::test_time_from_input."""
-    from obsbus import Time, TimeUnit
+    from obsbus.core.time import Time, TimeUnit
 
     expected = Time(1, TimeUnit.EPOCH)
 
@@ -197,7 +196,7 @@ def test_time_from_input():
 )
 def test_time_repr():
     """Source: tests/test_time.py::test_time_repr."""
-    from obsbus import Time, TimeUnit  # noqa: F401 (eval(repr) needs TimeUnit)
+    from obsbus.core.time import Time, TimeUnit  # noqa: F401 (eval(repr) needs TimeUnit)
 
     time = Time(1, "tok")
     assert repr(time) == "Time(1, TimeUnit.TOKEN)"
@@ -206,7 +205,7 @@ def test_time_repr():
 
 def test_timestamp():
     """Source: tests/test_time.py::test_timestamp."""
-    from obsbus import Time, Timestamp
+    from obsbus.core.time import Time, Timestamp
 
     timestamp = Timestamp()
     time = Time(10, "ep")
@@ -216,7 +215,7 @@ def test_timestamp():
 
 def test_timestamp_update():
     """Source: tests/test_time.py::test_timestamp_update."""
-    from obsbus import Timestamp
+    from obsbus.core.time import Timestamp
 
     timestamp = Timestamp(epoch=1)
     timestamp_2 = timestamp.copy(batch=2)
@@ -229,7 +228,7 @@ def test_timestamp_update():
 def test_timestamp_to_next_batch_epoch():
     """Source: tests/test_time.py::test_timestamp_to_next_batch_epoch_iteration, its first
     steps (batch 0, the end of epoch 0, batch 0 of epoch 1)."""
-    from obsbus import Timestamp
+    from obsbus.core.time import Timestamp
 
     timestamp = Timestamp()
     # Step batch 0 in epoch 0
@@ -271,7 +270,7 @@ def test_timestamp_to_next_batch_epoch():
 
 def test_timestamp_repr():
     """Source: tests/test_time.py::test_timestamp_repr."""
-    from obsbus import Time, Timestamp, TimeUnit  # noqa: F401 (for eval)
+    from obsbus.core.time import Time, Timestamp, TimeUnit  # noqa: F401 (for eval)
 
     timestamp = Timestamp()
     assert timestamp == eval(repr(timestamp))
@@ -292,7 +291,7 @@ _SEC = pytest.mark.xfail(
 )
 def test_timestep_bad_strings(time_string):
     """Source: tests/test_time.py::test_timestep_bad_strings (Composer raises TypeError)."""
-    from obsbus import Time
+    from obsbus.core.time import Time
 
     with pytest.raises(TypeError):
         Time.from_timestring(time_string)
@@ -303,6 +302,6 @@ def test_timestep_bad_strings(time_string):
 )
 def test_timestep_valid_strings(time_string):
     """Source: tests/test_time.py::test_timestep_valid_strings."""
-    from obsbus import Time
+    from obsbus.core.time import Time
 
     Time.from_timestring(time_string)
