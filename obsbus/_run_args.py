@@ -140,11 +140,11 @@ def check_device(owner: str, name: str, value: object) -> Any:
         return None
     import torch  # only when a device is given: ``import obsbus`` stays light
 
-    accepted = "a device such as 'cpu', 'cuda', 'cuda:1' or a torch.device"
+    accepted = "a device such as 'cpu', 'cuda', 'cuda:1', 'gpu' or a torch.device"
     if isinstance(value, bool) or not isinstance(value, (str, int, torch.device)):
         raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
     try:
-        device = torch.device(value)
+        device = torch.device("cuda" if value == "gpu" else value)  # Composer's name for CUDA
     except (RuntimeError, ValueError) as exc:
         raise ValueError(f"{owner} {name} must be {accepted}, got {value!r} ({exc}).") from None
     backend = getattr(torch, device.type, None) if device.type not in ("cpu", "meta") else None

@@ -226,7 +226,9 @@ class Run:
         hparams = check_mapping("Run", "hparams", hparams)
         check_bool("Run", "strict", strict)
         self._move_to = (
-            None if check_device("Run", "device", device) is None else (resolve_device(device))
+            None
+            if (checked := check_device("Run", "device", device)) is None
+            else resolve_device(checked)
         )
         self._handle_sigterm = check_bool("Run", "handle_sigterm", handle_sigterm)
         self._train_metrics = MetricSet(check_metrics("Run", "train_metrics", train_metrics))

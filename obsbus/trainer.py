@@ -203,9 +203,11 @@ class Trainer:
             log_traces=log_traces,
         )
         check_profiler("Trainer", profiler)
-        check_device("Trainer", "device", device)
-        self.device = torch.device(
-            device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+        checked = check_device("Trainer", "device", device)
+        self.device = (
+            checked
+            if checked is not None
+            else torch.device("cuda" if torch.cuda.is_available() else "cpu")
         )
         self.precision = check_precision_on(check_precision("Trainer", precision), self.device)
         self._scaler = grad_scaler_for(self.precision, self.device)

@@ -251,3 +251,14 @@ def test_amp_fp16_scales_the_loss_with_a_grad_scaler(monkeypatch):
     assert seen.forward[0] == (True, torch.float16)
     assert seen.precision[0] == "fp16"
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_composers_gpu_device_name_means_cuda():
+    """Composer's ``device="gpu"`` (its DeviceGPU) is CUDA here, checked like ``"cuda"``."""
+    if torch.cuda.is_available():
+        assert Run(device="gpu")._move_to.type == "cuda"
+    else:
+        with pytest.raises(ValueError, match="Run device 'gpu': this machine has no cuda device"):
+            Run(device="gpu")
+        with pytest.raises(ValueError, match="Trainer device 'gpu': this machine has no cuda"):
+            Trainer(tiny_model(), regression_data(2), "1ba", loss_fn=F.mse_loss, device="gpu")
