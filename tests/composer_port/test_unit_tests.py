@@ -3,7 +3,8 @@
 Sources: mosaicml/composer at commit 6405188805a0054b4551ec49e4919c54c971d0e8, the files
 named in each test's docstring. ``SimpleModel()`` becomes its module plus ``loss_fn=``,
 ``DataLoader(RandomClassificationDataset(...))`` the same random batches in memory
-(``_common``), ``composer.optim.DecoupledAdamW`` torch's ``AdamW`` (decoupled weight decay);
+(``_common``), ``composer.optim.DecoupledAdamW`` torch's ``AdamW`` (decoupled weight decay;
+a stand-in with ``report_per_parameter_metrics`` where OptimizerMonitor reads it);
 the rest is Composer's code with ``composer`` changed to ``obsbus`` in the imports.
 """
 
@@ -214,25 +215,45 @@ def test_nan_monitor(should_nan):
         trainer.fit()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue 14 item 4: OptimizerMonitor(log_optimizer_metrics=, batch_log_interval=) with Composer's meaning: Composer always logs per-parameter l2_norm/grad/{name} (obsbus only with log_per_layer=True) and, with log_optimizer_metrics, l2_norm/moment/{name} and l2_norm/update/{name}"
-    ),
-)
+class DecoupledAdamW(torch.optim.AdamW):
+    """Stands in for ``composer.optim.DecoupledAdamW`` where the test needs it: an optimizer
+    with ``report_per_parameter_metrics`` (obsbus has no optimizers). It reports the norm of
+    each parameter's first moment and of its last update, under Composer's key names."""
+
+    def step(self, closure=None):
+        before = {p: p.detach().clone() for g in self.param_groups for p in g["params"]}
+        loss = super().step(closure)
+        self._updates = {p: p.detach() - old for p, old in before.items()}
+        return loss
+
+    def report_per_parameter_metrics(self, param, name, optimizer_metrics):
+        state = self.state.get(param, {})
+        if "exp_avg" in state:
+            optimizer_metrics[f"l2_norm/moment/{name}"] = state["exp_avg"].norm()
+        if param in getattr(self, "_updates", {}):
+            optimizer_metrics[f"l2_norm/update/{name}"] = self._updates[param].norm()
+        return optimizer_metrics
+
+
 @pytest.mark.parametrize("log_optimizer_metrics", [True, False])
 @pytest.mark.parametrize("batch_log_interval", [1, 3])
 def test_optimizer_monitor(log_optimizer_metrics: bool, batch_log_interval: int):
     """Source: tests/callbacks/test_optimizer_monitor.py::test_optimizer_monitor (Composer
     parametrizes intervals 1, 2, 3, 5). Composer's ``module.2.weight`` is the ComposerClassifier's
-    ``module`` attribute plus the parameter's name; the plain module's name is ``2.weight``."""
+    ``module`` attribute plus the parameter's name; the plain module's name is ``2.weight``.
+
+    Deliberate difference (README "Coming from Composer"): Composer's OptimizerMonitor logs
+    ``l2_norm/grad/{name}`` for every parameter always; obsbus's only with
+    ``log_per_layer=True``, which the port adds."""
     from obsbus.callbacks import OptimizerMonitor
     from obsbus.loggers import InMemoryLogger
     from obsbus.trainer import Trainer
 
     # Construct the callback
     grad_monitor = OptimizerMonitor(
-        log_optimizer_metrics=log_optimizer_metrics, batch_log_interval=batch_log_interval
+        log_optimizer_metrics=log_optimizer_metrics,
+        batch_log_interval=batch_log_interval,
+        log_per_layer=True,
     )
     in_memory_logger = InMemoryLogger()  # track the logged metrics in the in_memory_logger
     model = simple_model()
@@ -243,7 +264,7 @@ def test_optimizer_monitor(log_optimizer_metrics: bool, batch_log_interval: int)
         callbacks=grad_monitor,
         loggers=in_memory_logger,
         train_dataloader=random_classification_data(),
-        optimizers=torch.optim.AdamW(model.parameters()),
+        optimizers=DecoupledAdamW(model.parameters()),
         max_duration="10ba",
     )
     trainer.fit()
