@@ -63,7 +63,21 @@ def _check_eval_dataloaders(value: object) -> dict[str, Iterable[Any]]:
         return dict(value)
     if not _is_loader(value):
         raise TypeError(f"Trainer eval_dataloader must be {accepted}, got {value!r}.")
+    if isinstance(value, (list, tuple)) and value and all(_is_data_loader(v) for v in value):
+        labels = ", ".join(f"'eval{i}': dl{i}" for i in range(1, len(value) + 1))
+        raise TypeError(
+            f"Trainer eval_dataloader got a {type(value).__name__} of {len(value)} DataLoaders; "
+            "obsbus names each evaluation by its label (metrics/{label}/...), as Composer's "
+            f"Evaluator(label=...) does. To fix, pass a dict: eval_dataloader={{{labels}}}."
+        )
     return {"eval": value}  # type: ignore[dict-item]
+
+
+def _is_data_loader(value: object) -> bool:
+    """A ``torch.utils.data.DataLoader`` (a list of batches is one dataloader, not many)."""
+    from torch.utils.data import DataLoader
+
+    return isinstance(value, DataLoader)
 
 
 class Trainer:

@@ -262,3 +262,18 @@ def test_composers_gpu_device_name_means_cuda():
             Run(device="gpu")
         with pytest.raises(ValueError, match="Trainer device 'gpu': this machine has no cuda"):
             Trainer(tiny_model(), regression_data(2), "1ba", loss_fn=F.mse_loss, device="gpu")
+
+
+def test_a_sequence_of_dataloaders_for_eval_says_to_label_them():
+    """Composer takes a list of evaluators; obsbus labels evaluations with a dict."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    loaders = [DataLoader(TensorDataset(torch.randn(4, 4), torch.randn(4, 2)), batch_size=2)] * 2
+    with pytest.raises(TypeError, match=r"list of 2 DataLoaders.*eval_dataloader=\{'eval1': dl1"):
+        Trainer(tiny_model(), regression_data(2), "1ba", loss_fn=F.mse_loss,
+                eval_dataloader=loaders)
+    batches, memory = regression_data(2), InMemoryLogger()  # a list of batches: one dataloader
+    with Trainer(tiny_model(), regression_data(2), "1ep", loss_fn=F.mse_loss, loggers=[memory],
+                 eval_dataloader=batches, progress_bar=False) as trainer:
+        trainer.fit()
+    assert "metrics/eval/loss" in memory.data
