@@ -51,9 +51,9 @@ class NonFiniteLossError(ObsbusError, RuntimeError):
         >>> err.batch, err.source
         (7, 'loss')
         >>> print(err)
-        NaNMonitor: the loss was not finite (NaN/Inf) at batch 7, found by the check after
-        batch 100. To stop at the bad batch itself, use NaNMonitor(mode='immediate') (a host
-        sync per microbatch).
+        Train loss contains a NaN. NaNMonitor saw a NaN or Inf loss first at batch 7, found by the
+        check after batch 100. To stop at the bad batch itself, use
+        NaNMonitor(mode='immediate') (a host sync per microbatch).
     """
 
     def __init__(
@@ -67,7 +67,10 @@ class NonFiniteLossError(ObsbusError, RuntimeError):
         self.source = source
         self.checked_at = batch if checked_at is None else checked_at
         self.ranks = tuple(ranks)
-        message = f"NaNMonitor: the {source} was not finite (NaN/Inf) at batch {batch}"
+        # Composer's sentence first ("Train loss contains a NaN."): code that looks for it
+        # (its tests do) still finds it; the rest says what obsbus knows.
+        lead = "Train loss contains a NaN." if source == "loss" else f"A {source} is not finite."
+        message = f"{lead} NaNMonitor saw a NaN or Inf {source} first at batch {batch}"
         if self.ranks:
             message += f" on rank{'s' if len(self.ranks) > 1 else ''} "
             message += ", ".join(map(str, self.ranks))

@@ -39,8 +39,8 @@ def trainer(monitor, batches=8, *, data=None, loggers=(), callbacks=()):
 def test_deferred_names_the_first_bad_batch_at_a_later_check():
     mem, events = InMemoryLogger(), EventCounter()
     t = trainer(NaNMonitor("100ba"), 6, loggers=[mem], callbacks=[events])
-    with pytest.raises(NonFiniteLossError, match=r"loss was not finite \(NaN/Inf\) at batch 3, "
-                       r"found by the check after batch 6\. To stop at the bad batch itself, "
+    with pytest.raises(NonFiniteLossError, match=r"Train loss contains a NaN\. NaNMonitor saw a NaN or Inf loss first "
+                       r"at batch 3, found by the check after batch 6\. To stop at the bad batch itself, "
                        r"use NaNMonitor\(mode='immediate'\)") as info:
         t.fit()
     t.close()
@@ -73,7 +73,7 @@ def test_immediate_raises_inside_the_bad_batch_before_backward():
     with pytest.raises(NonFiniteLossError) as info:
         t.fit()
     t.close()
-    assert str(info.value) == "NaNMonitor: the loss was not finite (NaN/Inf) at batch 3."
+    assert str(info.value) == "Train loss contains a NaN. NaNMonitor saw a NaN or Inf loss first at batch 3."
     assert info.value.checked_at == BAD
     assert t.state.timestamp.batch == "2ba"  # batch 3 never finished
     # The bad batch's backward and optimizer step never ran: the weights are intact.
@@ -90,8 +90,8 @@ def test_stop_ends_the_run_gracefully(caplog):
     assert events.counts[Event.FIT_END] == 1 and events.counts[Event.EXCEPTION] == 0
     assert mem.get_timeseries("nan/first_bad_batch")["nan/first_bad_batch"] == [BAD]
     assert [r.getMessage() for r in caplog.records] == [
-        "NaNMonitor: the loss was not finite (NaN/Inf) at batch 3, found by the check after "
-        "batch 4. To stop at the bad batch itself, use NaNMonitor(mode='immediate') (a host sync "
+        "Train loss contains a NaN. NaNMonitor saw a NaN or Inf loss first at batch 3, found by "
+        "the check after batch 4. To stop at the bad batch itself, use NaNMonitor(mode='immediate') (a host sync "
         "per microbatch). Stopping training after this batch (on_nan='stop')."
     ]
 
@@ -219,7 +219,7 @@ def test_another_error_still_reports_the_nan_and_reaches_the_caller(caplog):
 def test_error_pickles_with_its_attributes():
     err = pickle.loads(pickle.dumps(NonFiniteLossError(7, "gradient", checked_at=10)))
     assert (err.batch, err.source, err.checked_at) == (7, "gradient", 10)
-    assert str(err).startswith("NaNMonitor: the gradient was not finite (NaN/Inf) at batch 7,")
+    assert str(err).startswith("A gradient is not finite. NaNMonitor saw a NaN or Inf gradient first at batch 7,")
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
@@ -256,8 +256,8 @@ def _two_rank_nan(rank):
 def test_two_ranks_act_together_and_name_the_rank(tmp_path):
     from tests._dist_utils import run_two_ranks
 
-    message = ("NaNMonitor: the loss was not finite (NaN/Inf) at batch 3 on rank 1, found by the "
-               "check after batch 4.")
+    message = ("Train loss contains a NaN. NaNMonitor saw a NaN or Inf loss first at batch 3 "
+               "on rank 1, found by the check after batch 4.")
     for result in run_two_ranks(_two_rank_nan, tmp_path):
         raised = result["raise"]
         assert raised[:3] == ("raised", 3, (1,)) and raised[3].startswith(message)
@@ -356,7 +356,7 @@ def test_the_error_is_a_runtime_error_as_composers():
     """Composer's ``composer/callbacks/nan_monitor.py`` raises ``RuntimeError('Train loss
     contains a NaN.')``: code written for it, ``except RuntimeError``, catches obsbus's too."""
     t = trainer(NaNMonitor(mode="immediate"))
-    with pytest.raises(RuntimeError, match="loss was not finite") as info:
+    with pytest.raises(RuntimeError, match=r"Train loss contains a NaN\.") as info:  # Composer's
         t.fit()
     t.close()
     assert isinstance(info.value, NonFiniteLossError) and info.value.batch == BAD

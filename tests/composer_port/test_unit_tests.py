@@ -178,15 +178,7 @@ def test_runtime_estimator():
     assert ba_2_estimate > 0.1
 
 
-_NAN_MESSAGE = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "GAP, not in issue 14 (item 6 covers the RuntimeError, which passes): the NonFiniteLossError message does not contain Composer's 'Train loss contains a NaN.'"
-    ),
-)
-
-
-@pytest.mark.parametrize("should_nan", [pytest.param(True, marks=_NAN_MESSAGE), False])
+@pytest.mark.parametrize("should_nan", [True, False])
 def test_nan_monitor(should_nan):
     """Source: tests/callbacks/test_nan_monitor.py::test_nan_monitor."""
     from obsbus.callbacks import NaNMonitor
