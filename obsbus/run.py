@@ -103,7 +103,12 @@ def _check_eval_interval(
             f"{owner} eval_interval must be {accepted}, got {interval!r} ({exc})"
         ) from None
     if value.unit not in (TimeUnit.EPOCH, TimeUnit.BATCH) or value.value <= 0:
-        raise ValueError(f"{owner} eval_interval must be {accepted}, got {interval!r}.")
+        never = (
+            " To train without evaluating (Composer's eval_interval=0), leave eval_dataloader out."
+            if value.value == 0
+            else ""
+        )
+        raise ValueError(f"{owner} eval_interval must be {accepted}, got {interval!r}.{never}")
     return value
 
 

@@ -277,3 +277,9 @@ def test_a_sequence_of_dataloaders_for_eval_says_to_label_them():
                  eval_dataloader=batches, progress_bar=False) as trainer:
         trainer.fit()
     assert "metrics/eval/loss" in memory.data
+
+
+def test_composers_eval_interval_0_says_how_to_train_without_evaluating():
+    with pytest.raises(ValueError, match=r"eval_interval=0\), leave eval_dataloader out"):
+        Trainer(tiny_model(), regression_data(2), "1ba", loss_fn=F.mse_loss,
+                eval_dataloader=regression_data(2), eval_interval=0)
