@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
@@ -11,6 +12,7 @@ import torch
 
 from obsbus._batch import split_batch
 from obsbus._check import check_callable, check_mapping
+from obsbus._composer_trainer_args import refuse_unknown_trainer_args
 from obsbus._metrics import Metrics, check_metrics
 from obsbus._run_args import (
     check_callbacks,
@@ -187,7 +189,10 @@ class Trainer:
         eval_metrics: Metrics | None = None,
         train_metrics_interval: TimeLike = "1ba",
         timestamp: Timestamp | None = None,
+        **composer_only: Any,
     ) -> None:
+        if composer_only:  # Composer's checkpoint/algorithm arguments: say what to write instead
+            refuse_unknown_trainer_args(composer_only, inspect.signature(Trainer).parameters)
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"Trainer model must be a torch.nn.Module, got {model!r}.")
         if not _is_loader(train_dataloader):

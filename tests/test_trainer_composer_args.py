@@ -283,3 +283,20 @@ def test_composers_eval_interval_0_says_how_to_train_without_evaluating():
     with pytest.raises(ValueError, match=r"eval_interval=0\), leave eval_dataloader out"):
         Trainer(tiny_model(), regression_data(2), "1ba", loss_fn=F.mse_loss,
                 eval_dataloader=regression_data(2), eval_interval=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"device_train_microbatch_size": 2}, r"device_train_microbatch_size=: .*grad_accum="),
+        ({"save_interval": "1ep"}, r"save_interval=: obsbus's Trainer saves and loads no checkp"),
+        ({"load_path": "ckpt.pt"}, r"load_path=: .*timestamp=Timestamp"),
+        ({"algorithms": []}, r"algorithms=: obsbus runs no algorithms"),
+        ({"max_duraton": "1ep"}, r"unexpected keyword argument 'max_duraton'\. Did you mean "
+                                 r"'max_duration'\?"),
+    ],
+    ids=["microbatch", "save", "load", "algorithms", "typo"],
+)
+def test_composers_other_trainer_arguments_say_what_to_write_instead(kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        Trainer(tiny_model(), regression_data(2), loss_fn=F.mse_loss, **kwargs)

@@ -131,8 +131,8 @@ def test_time_math():
 _EQ = pytest.mark.xfail(
     strict=True,
     reason=(
-        "issue 14 item 5 (Time as in Composer): Time('1ep') == Time('1ba') returns False and != "
-        "True; Composer raises RuntimeError for both"
+        "deliberate difference (README, Coming from Composer): Time('1ep') == Time('1ba') is "
+        "False and != True, so mixed-unit sets and dicts stay safe; Composer raises RuntimeError"
     ),
 )
 

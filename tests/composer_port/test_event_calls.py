@@ -60,9 +60,8 @@ def _loaders():
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "GAP, not in issue 14: Trainer(eval_dataloader=(dl1, dl2)) is taken as ONE dataloader "
-        "whose batches are dl1 and dl2 (eval then fails in the model: 'tuple' object has no "
-        "attribute 'size'); Composer takes a sequence of dataloaders. Also "
+        "deliberate differences (README, Coming from Composer): Trainer(eval_dataloader=(dl1, "
+        "dl2)) is a TypeError that says to label them in a dict; "
         "Trainer(device_train_microbatch_size=) and (save_interval=) are not accepted"
     ),
 )
