@@ -135,7 +135,10 @@ class Config:
         profiler, callbacks = None, []
         if self.action is not None:
             handler = JSONTraceHandler(overwrite=True, merged_trace_filename=None)
-            profiler = Profiler(Always(self.action, self.window), [handler])
+            # A Profiler records CPU counters by default (Composer's sys_prof_cpu=True): off here,
+            # so "active" is the profiler alone; "+sys" adds a SystemProfiler, which replaces it.
+            own_sys = {} if self.system is not None else {"sys_prof_cpu": False}
+            profiler = Profiler(Always(self.action, self.window), [handler], **own_sys)
         if self.system is not None:
             callbacks.append(SystemProfiler(**self.system))
         return Run(model=s.model, optimizers=s.opt, max_duration=f"{steps}ba", run_name="bench",
@@ -243,7 +246,7 @@ def isolated_table(number: int) -> list[str]:
         engine = Engine(state, Logger(state, []), [_Noop()])
         if action is not None:
             handlers = [JSONTraceHandler(merged_trace_filename=None)] if json_handler else []
-            profiler = Profiler(Always(action), handlers)
+            profiler = Profiler(Always(action), handlers, sys_prof_cpu=False)
             engine.attach_profiler(profiler)
             profiler.action = action
         run = engine.run_event
