@@ -170,7 +170,7 @@ def dummy_state():
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "GAP, not in issue 14: obsbus's cyclic_schedule takes a timestamp that skips batches "
+        "deliberate difference (README, Coming from Composer): obsbus's cyclic_schedule takes a timestamp that skips batches "
         "between two calls as a new start (resume), so the test's calls at batches 0, 1, 3 give "
         "SKIP at batch 3 where Composer's pure function gives WARMUP; a trainer calls it every "
         "batch, so runs agree"
@@ -283,7 +283,7 @@ def test_marker(dummy_state):
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "GAP, not in issue 14: the merged trace is a Chrome trace object {'traceEvents': [...]}; "
+        "deliberate difference (README, Coming from Composer): the merged trace is a Chrome trace object {'traceEvents': [...]}; "
         "Composer's merged trace file is a bare JSON list of events, which its test iterates"
     ),
 )

@@ -190,7 +190,7 @@ def test_time_from_input():
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "GAP, not in issue 14 (which asks only for a repr that evaluates, and obsbus's does): "
+        "deliberate difference (README, Coming from Composer): "
         "repr(Time(1, 'tok')) is \"Time(1, 'tok')\", Composer's 'Time(1, TimeUnit.TOKEN)'"
     ),
 )
@@ -279,7 +279,7 @@ def test_timestamp_repr():
 _SEC = pytest.mark.xfail(
     strict=True,
     reason=(
-        "GAP, not in issue 14: Time.from_timestring('0.1sec') is accepted (a fraction of a "
+        "deliberate difference (README, Coming from Composer): Time.from_timestring('0.1sec') is accepted (a fraction of a "
         "second); Composer raises TypeError, as for every fractional count"
     ),
 )

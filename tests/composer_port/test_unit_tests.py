@@ -67,7 +67,7 @@ def test_dummy_state_fixture():
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "GAP, not in issue 14 (item 6 asks for Composer's count of throughput values): Composer's test reads SpeedMonitor.history_samples (its window of sample counts, len window_size + 1); obsbus's SpeedMonitor has no such attribute"
+        "deliberate difference (README, Coming from Composer): Composer's test reads SpeedMonitor.history_samples (its window of sample counts, len window_size + 1); obsbus's SpeedMonitor has no such attribute"
     ),
 )
 @pytest.mark.parametrize("flops_per_batch", [False, True])
@@ -374,7 +374,7 @@ def test_in_memory_logger_get_timeseries():
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "GAP, not in issue 14: FileLogger's text lines are stamped with the batch and end "
+        "deliberate difference (README, Coming from Composer): FileLogger's text lines are stamped with the batch and end "
         "without Composer's trailing space ('[hyperparameter][batch=0]: foo: 3', "
         "'[table][batch=0]: test_table: {\"columns\": [...]}' with JSON spaces) where Composer "
         "writes '[hyperparameter]: foo: 3 ' and '[table]: test_table: {\"columns\":[...]}'"
@@ -425,7 +425,7 @@ def test_file_logger(tmp_path):
 _FIRST = pytest.mark.xfail(
     strict=True,
     reason=(
-        "GAP, not in issue 14 (item 2 asks for the Train/Eval prefixes): Composer's ConsoleLogger "
+        "deliberate difference (README, Coming from Composer): Composer's ConsoleLogger "
         "also logs the first batch or epoch when the interval is not 1; obsbus's does not (one "
         "logging event fewer)"
     ),
