@@ -60,7 +60,6 @@ Example:
 from __future__ import annotations
 
 import time
-from argparse import Namespace
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -77,11 +76,12 @@ from obsbus.integrations._lightning_host import (
     precision_of,
     steps_per_epoch,
 )
+from obsbus.integrations._lightning_logger import ObsbusLogger
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.state import State
 from obsbus.time import Timestamp
 
-pl: Any = import_lightning()
+pl: Any = import_lightning()  # before anything else here needs the host
 
 __all__ = ["ObsbusCallback", "ObsbusLogger"]
 
@@ -137,8 +137,8 @@ class ObsbusCallback(pl.Callback):  # type: ignore[misc]
             check_callable(owner, "num_tokens_fn", num_tokens_fn) or default_num_tokens
         )
         self._run_folder, self._run_name = run_folder, run_name
-        self.lightning_logger = ObsbusLogger(self)
         self._build()
+        self.lightning_logger = ObsbusLogger(self)
 
     def _build(self) -> None:
         self.state = State(self._run_name, run_folder=self._run_folder, hparams=self._hparams)
@@ -183,11 +183,13 @@ class ObsbusCallback(pl.Callback):  # type: ignore[misc]
         state.schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
         state.stop_requested, state.exception = False, None
         self._fitting = True
-        self._mark = time.perf_counter()
         self.engine.run_event(_E.FIT_START)
         ts = state.timestamp
         if ts._epoch_in_iteration == 0 and ts._batch_in_epoch == 0:
             self.engine.run_event(_E.ITERATION_START)
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._mark = time.perf_counter()  # after the sanity check: not the first batch's time
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
         self._fitting = False
@@ -327,47 +329,3 @@ class ObsbusCallback(pl.Callback):  # type: ignore[misc]
         self.engine.run_event(_E.EVAL_END)
         state.dataloader, state.dataloader_label = self._saved
         self.engine.run_event(_E.EVAL_AFTER_ALL if self._fitting else _E.EVAL_STANDALONE_END)
-
-
-class ObsbusLogger(pl.loggers.Logger):  # type: ignore[misc]
-    """A Lightning ``Logger`` that hands ``self.log(...)`` values to a bus's destinations.
-
-    ``Trainer(logger=bus.lightning_logger, callbacks=[bus])``. Values are
-    logged at obsbus's step (``state.timestamp.batch``: optimizer steps done,
-    the step obsbus's monitors log at), which is Lightning's 0-based step plus
-    one for values logged in ``training_step``. Lightning has already turned
-    them into floats (on its logging steps only); its ``epoch`` entry is
-    left out (obsbus's timestamp has the epoch). Hyperparameters
-    (``self.save_hyperparameters()``) go to ``log_hyperparameters``.
-    """
-
-    def __init__(self, callback: ObsbusCallback) -> None:
-        super().__init__()
-        if not isinstance(callback, ObsbusCallback):
-            raise TypeError(
-                f"ObsbusLogger takes the ObsbusCallback whose destinations it logs to, got "
-                f"{callback!r}. To fix, use `bus.lightning_logger` of `bus = ObsbusCallback(...)`."
-            )
-        self._callback = callback
-
-    @property
-    def name(self) -> str:
-        return "obsbus"
-
-    @property
-    def version(self) -> str:
-        return self._callback.state.run_name
-
-    @property
-    def save_dir(self) -> str:
-        return str(self._callback.state.run_folder.root)
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        metrics = {k: v for k, v in metrics.items() if k != "epoch"}
-        if metrics:
-            self._callback.logger.log_metrics(metrics)
-
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kw: Any) -> None:
-        values = vars(params) if isinstance(params, Namespace) else dict(params)
-        if values:
-            self._callback.logger.log_hyperparameters(values)

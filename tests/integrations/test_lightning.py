@@ -65,10 +65,9 @@ def fit(bus, module=None, logger=False, extra=(), **kwargs):
         logger=logger,
         callbacks=[bus, *extra],
         enable_progress_bar=False,
-        enable_checkpointing=False,
         enable_model_summary=False,
         log_every_n_steps=1,
-        **{"num_sanity_val_steps": 0, **kwargs},
+        **{"num_sanity_val_steps": 0, "enable_checkpointing": False, **kwargs},
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Lightning's "few workers" advice
@@ -197,6 +196,40 @@ def test_second_fit_rebuilds_the_bus():
     fit(bus)
     assert bus.engine is not first and counter.counts[Event.FIT_END] == 2
     assert bus.state.timestamp.batch.value == EPOCHS * BATCHES // ACCUM
+
+
+def test_validate_alone_fires_the_standalone_eval_events():
+    counter = EventCounter()
+    bus = ObsbusCallback(callbacks=[counter])
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        callbacks=[bus],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Lightning's "few workers" advice
+        trainer.validate(Tiny(), _loader(VAL_BATCHES), verbose=False)
+    assert counter.order == [
+        Event.INIT,
+        Event.BEFORE_LOAD,
+        Event.AFTER_LOAD,
+        Event.EVAL_STANDALONE_START,
+        Event.EVAL_START,
+        *[Event.EVAL_BATCH_START, Event.EVAL_BATCH_END] * VAL_BATCHES,
+        Event.EVAL_END,
+        Event.EVAL_STANDALONE_END,
+    ]
+    assert set(bus.state.eval_metrics["eval"]) == {"val_loss"} and bus.engine.closed
+
+
+def test_a_lightning_checkpoint_fires_batch_checkpoint(tmp_path):
+    counter = EventCounter()
+    saver = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1)
+    fit(ObsbusCallback(callbacks=[counter]), extra=[saver], enable_checkpointing=True)
+    assert counter.counts[Event.BATCH_CHECKPOINT] == len(list(tmp_path.glob("*.ckpt"))) == 3
 
 
 def test_bad_arguments_say_what_is_accepted():
