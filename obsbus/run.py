@@ -158,6 +158,22 @@ class Run:
     intervals and ``max_duration`` continue from there (Composer restores it
     from a checkpoint with ``load_path``).
 
+    **Another framework's backward.** ``backward=`` takes the function that
+    runs the backward pass in Lightning Fabric, Accelerate or DeepSpeed-style
+    loops (``fabric.backward``, ``accelerator.backward``: called as
+    ``backward(loss, **kwargs)``); ``run.backward(loss)`` then calls it between
+    ``before_backward`` and ``after_backward``, with the same loss handling.
+    ``None`` (the default) calls ``loss.backward()``. For example::
+
+        fabric = Fabric(accelerator="cpu", devices=1)
+        model, opt = fabric.setup(model, opt)
+        with Run(model=model, optimizers=opt, backward=fabric.backward) as run:
+            for x, y in run.train(fabric.setup_dataloaders(loader)):
+                opt.zero_grad()
+                loss = run.loss(F.mse_loss, run.forward(model, x), y)
+                run.backward(loss)  # fabric.backward(loss), between the events
+                opt.step()
+
     ``precision`` (``"fp32"``, ``"amp_fp16"``, ``"amp_bf16"``) only records in
     ``state.precision`` what the loop runs at; your loop does the autocast
     (:class:`~obsbus.Trainer` does it for you).
@@ -206,6 +222,7 @@ class Run:
         train_metrics_interval: TimeLike = "1ba",
         precision: str | None = None,
         timestamp: Timestamp | None = None,
+        backward: Callable[..., Any] | None = None,
     ) -> None:
         if (eval_interval is None) != (eval_fn is None):
             raise ValueError(
@@ -216,6 +233,7 @@ class Run:
         # itself, instead of as a raw error inside the loop (or as a run of zero batches).
         self._eval_interval = None if eval_interval is None else _check_eval_interval(eval_interval)
         self._eval_fn = check_callable("Run", "eval_fn", eval_fn)
+        self._backward = check_callable("Run", "backward", backward)
         self._num_samples: Callable[[Any], int] = (
             check_callable("Run", "num_samples_fn", num_samples_fn) or default_num_samples
         )
@@ -513,9 +531,17 @@ class Run:
         return loss
 
     def backward(self, loss: Any = None, **kwargs: Any) -> None:
-        """``loss.backward(**kwargs)`` (default ``state.loss``) between the backward events."""
+        """``loss.backward(**kwargs)`` (default ``state.loss``) between the backward events.
+
+        With ``Run(backward=fn)``, calls ``fn(loss, **kwargs)`` instead (e.g.
+        ``fabric.backward`` or ``accelerator.backward``).
+        """
         self.engine.run_event(_BEFORE_BACKWARD)
-        (self.state.loss if loss is None else loss).backward(**kwargs)
+        loss = self.state.loss if loss is None else loss
+        if self._backward is None:
+            loss.backward(**kwargs)
+        else:
+            self._backward(loss, **kwargs)
         self.engine.run_event(_AFTER_BACKWARD)
 
     def update_metrics(self, outputs: Any, targets: Any) -> None:
