@@ -22,10 +22,10 @@ class ObsbusLogger(pl.loggers.Logger):  # type: ignore[misc]
 
     ``Trainer(logger=bus.lightning_logger, callbacks=[bus])``. Values are
     logged at obsbus's step (``state.timestamp.batch``: optimizer steps done,
-    the step obsbus's monitors log at), which is Lightning's 0-based step plus
-    one for values logged in ``training_step``. Lightning has already turned
-    them into floats (on its logging steps only); its ``epoch`` entry is
-    left out (obsbus's timestamp has the epoch). Hyperparameters
+    the step obsbus's monitors log at): Lightning's own 0-based step plus
+    one, for ``training_step`` and validation values alike. Lightning has
+    already turned them into floats (on its logging steps only); its
+    ``epoch`` entry is left out (obsbus's timestamp has it). Hyperparameters
     (``self.save_hyperparameters()``) go to ``log_hyperparameters``.
     """
 

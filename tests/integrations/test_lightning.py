@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 
 import pytest
@@ -10,6 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from obsbus import Callback, Event, LoggerDestination
+from obsbus.callbacks import NaNMonitor
+from obsbus.callbacks.nan_monitor import NonFiniteLossError
 from obsbus.errors import MissingExtraError
 from obsbus.integrations import _lightning_host
 from obsbus.loggers import FileLogger, InMemoryLogger
@@ -24,19 +27,21 @@ BATCHES, ACCUM, EPOCHS, VAL_BATCHES = 6, 2, 2, 3
 
 
 class Tiny(pl.LightningModule):
-    def __init__(self, fail_at: int | None = None, log: bool = True):
+    def __init__(self, fail_at: int | None = None, log: bool = True, nan_at: int | None = None):
         super().__init__()
         self.log_values = log
         torch.manual_seed(0)
         self.net = torch.nn.Linear(4, 1)
         self.losses: list[torch.Tensor] = []
-        self.fail_at = fail_at
+        self.fail_at, self.nan_at = fail_at, nan_at
 
     def training_step(self, batch, batch_idx):
         if self.fail_at is not None and len(self.losses) == self.fail_at:
             raise RuntimeError("boom")
         x, y = batch
         loss = F.mse_loss(self.net(x), y)
+        if len(self.losses) == self.nan_at:
+            loss = loss * float("nan")
         self.losses.append(loss.detach().clone())
         if self.log_values:
             self.log("custom/train_loss", loss, on_step=True, on_epoch=False)
@@ -186,6 +191,24 @@ class StopAt(Callback):
 def test_stop_training_stops_lightning():
     trainer, _ = fit(ObsbusCallback(callbacks=[StopAt()]))
     assert trainer.global_step == 2
+
+
+def test_nan_monitor_finds_the_bad_step_and_stops_lightning():
+    memory = InMemoryLogger()
+    monitor = NaNMonitor(check_interval="1ba", on_nan="stop")
+    # Microbatch 5 (0-based) is the second of optimizer step 3.
+    trainer, _ = fit(ObsbusCallback(callbacks=[monitor], loggers=[memory]), Tiny(nan_at=5))
+    assert trainer.global_step == 3
+    losses = memory.get_timeseries("loss/train/total")["loss/train/total"]
+    assert len(losses) == 3 and math.isnan(losses[2]) and not math.isnan(losses[1])
+
+
+def test_nan_monitor_raises_through_lightning_and_the_bus_records_it():
+    counter = EventCounter()
+    bus = ObsbusCallback(callbacks=[NaNMonitor(check_interval="1ba"), counter])
+    with pytest.raises(NonFiniteLossError, match="batch 3"):
+        fit(bus, Tiny(nan_at=5))
+    assert counter.counts[Event.EXCEPTION] == 1 and counter.counts[Event.BATCH_END] == 2
 
 
 def test_second_fit_rebuilds_the_bus():
