@@ -57,3 +57,18 @@ def test_from_composer_example_runs_composers_callbacks_page(capsys, monkeypatch
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Epoch: ")]
     assert len(lines) == 4  # two trainers of 2 epochs: the hook and the run_event forms agree
     assert lines[:2] == lines[2:] and lines[0] != lines[1]
+
+
+def test_lightning_example_writes_a_run_folder(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "lightning_fit.py"), "--epochs", "1",
+         "--run-name", "lf", "--workspace", str(tmp_path / "runs")],
+        capture_output=True, text=True, check=True, timeout=300,
+    )
+    folder = tmp_path / "runs" / "default" / getpass.getuser() / "lf"
+    assert f"Run folder: {folder}" in out.stdout
+    rows = [json.loads(line) for line in (folder / "metrics-rank0.jsonl").read_text().splitlines()]
+    assert [r["batch"] for r in rows if "loss/train/total" in r] == list(range(1, 15))
+    assert any("val/mse" in r for r in rows) and any("train/mse" in r for r in rows)
+    assert any("throughput/samples_per_sec" in r for r in rows)
+    assert list((folder / "tensorboard").glob("events.out.tfevents.*"))
