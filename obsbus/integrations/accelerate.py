@@ -77,13 +77,19 @@ class ObsbusTracker(_GeneralTracker):
         MissingExtraError: Accelerate is not installed.
 
     Example:
-        >>> from accelerate import Accelerator
+        In a script, ``Accelerator(log_with=[tracker])`` makes these calls; here
+        they are made directly, since an Accelerator sets process-wide state::
+
+            accelerator = Accelerator(log_with=[ObsbusTracker(run)])
+            accelerator.init_trackers("project", config={"lr": 0.1})
+            accelerator.log({"train/loss": loss}, step=step)
+
         >>> from obsbus.loggers import InMemoryLogger
         >>> mem = InMemoryLogger()
-        >>> accelerator = Accelerator(cpu=True, log_with=[ObsbusTracker(loggers=[mem])])
-        >>> accelerator.init_trackers("demo", config={"lr": 0.1})
-        >>> accelerator.log({"train/loss": 0.5}, step=3)
-        >>> accelerator.end_training()
+        >>> tracker = ObsbusTracker(loggers=[mem])
+        >>> tracker.store_init_configuration({"lr": 0.1})  # init_trackers(config=...)
+        >>> tracker.log({"train/loss": 0.5}, step=3)  # accelerator.log(...)
+        >>> tracker.finish()  # accelerator.end_training()
         >>> mem.get_timeseries("train/loss")["step"], mem.hyperparameters
         ([3], {'lr': 0.1})
     """
