@@ -254,3 +254,15 @@ def test_bad_arguments():
         ObsbusCallback(callbacks=[object()])
     with pytest.raises(TypeError, match=r"transformers\.Trainer"):
         ObsbusCallback().wrap(object())
+
+
+def test_without_transformers_the_import_names_the_extra(monkeypatch):
+    import importlib
+    import sys
+
+    from obsbus.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "obsbus.integrations.transformers")
+    with pytest.raises(MissingExtraError, match=r"pip install 'obsbus\[transformers\]'"):
+        importlib.import_module("obsbus.integrations.transformers")
