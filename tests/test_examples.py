@@ -72,3 +72,18 @@ def test_lightning_example_writes_a_run_folder(tmp_path):
     assert any("val/mse" in r for r in rows) and any("train/mse" in r for r in rows)
     assert any("throughput/samples_per_sec" in r for r in rows)
     assert list((folder / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_hf_trainer_example_writes_a_run_folder(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "hf_trainer.py"), "--epochs", "1",
+         "--run-name", "hf", "--workspace", str(tmp_path / "runs")],
+        capture_output=True, text=True, check=True, timeout=300,
+    )
+    folder = tmp_path / "runs" / "default" / getpass.getuser() / "hf"
+    assert f"Run folder: {folder}" in out.stdout
+    rows = [json.loads(line) for line in (folder / "metrics-rank0.jsonl").read_text().splitlines()]
+    assert [r["batch"] for r in rows if "loss/train/total" in r] == list(range(1, 17))
+    assert any("metrics/eval/loss" in r for r in rows) and any("lr-AdamW/group0" in r for r in rows)
+    assert any("throughput/samples_per_sec" in r for r in rows)
+    assert list((folder / "tensorboard").glob("events.out.tfevents.*"))
