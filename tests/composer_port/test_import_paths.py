@@ -60,16 +60,9 @@ LINES = [
 ]
 
 
-_XFAIL: dict[str, str] = {}  # every line imports now (issue 14 item 1)
-
-
-def _params():
-    for module, names, source in LINES:
-        marks = [pytest.mark.xfail(strict=True, reason=_XFAIL[module])] if module in _XFAIL else []
-        yield pytest.param(module, names, source, id=module, marks=marks)
-
-
-@pytest.mark.parametrize(("module", "names", "source"), _params())
+@pytest.mark.parametrize(
+    ("module", "names", "source"), LINES, ids=[module for module, _, _ in LINES]
+)
 def test_import_line(module, names, source):
     """Source: each line's ``source`` (the same line with ``composer`` in place of ``obsbus``)."""
     mod = importlib.import_module(module)
