@@ -95,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     merge.add_argument("inputs", nargs="+", metavar="IN", help="a rank's trace (.json or .json.gz)")
     merge.set_defaults(func=_merge_traces)
+    from obsbus import collect_env
+
+    env = sub.add_parser(
+        "collect-env", help="print the environment to attach to a bug report (text or --json)"
+    )
+    collect_env.add_arguments(env)
+    env.set_defaults(func=collect_env.run)
     return parser
 
 
