@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from obsbus._init_args import record_init_args
+
 if TYPE_CHECKING:
     from obsbus.event import Event
     from obsbus.logger import Logger
@@ -55,6 +57,11 @@ class Callback:
         >>> dict(counter.counts)
         {<Event.FIT_START: 'fit_start'>: 1, <Event.BATCH_END: 'batch_end'>: 1}
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Keeps each plug-in's constructor arguments, for the run's config/plugins.json.
+        super().__init_subclass__(**kwargs)
+        record_init_args(cls)
 
     def run_event(self, event: Event, state: State, logger: Logger) -> None:
         """Call the hook method for ``event``.

@@ -21,6 +21,7 @@ from obsbus._run_args import (
     check_optimizers,
     check_profiler,
 )
+from obsbus._run_record import write_run_record
 from obsbus._signals import sigterm_as_exception
 from obsbus._state_args import check_precision
 from obsbus.callback import Callback
@@ -303,6 +304,7 @@ class Run:
         self._loss_parts: list[tuple[Any, float | None]] = []
         self._eval_loss: Any = None
         self._eval_count = 0
+        write_run_record(self.state, self.state.callbacks, profiler=profiler)
         for event in (_INIT, _BEFORE_LOAD, _AFTER_LOAD):
             self.engine.run_event(event)
         if self.state.hparams:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from obsbus._check import check_bool, check_folder, check_iterable_of
+from obsbus._init_args import record_init_args
 from obsbus.callback import Callback
 from obsbus.errors import ObsbusWarning
 from obsbus.event import Event
@@ -31,6 +32,7 @@ _SCHEDULED = frozenset({Event.INIT, Event.FIT_START, Event.EPOCH_START, Event.BE
 _FIT_END = Event.FIT_END
 
 
+@record_init_args  # its arguments go into the run's config/plugins.json
 class Profiler:
     """Records spans, instants and counters during the batches its schedule selects.
 

@@ -1,0 +1,241 @@
+"""The run's own record in ``config/``, written once at ``init``.
+
+Files, in ``state.run_folder.config_dir``, each written whole (a temporary
+file renamed into place), so a crashed run's folder holds complete files:
+
+``plugins.json``
+    ``{"plugins": [{"kind": "destination"|"callback"|"profiler", "class":
+    "module.QualName", "args": {name: value} or null}]}``: every plug-in with
+    its constructor arguments as resolved (defaults applied); ``args`` is
+    ``null`` when they are unknown (an object copied or unpickled).
+``hparams.json``
+    ``state.hparams``.
+``env.json``
+    ``{NAME: value}``, sorted: the environment without secret-named variables
+    (TOKEN|SECRET|KEY|PASSWORD|CREDENTIAL...), values masked
+    (:func:`obsbus.loggers._run_metadata.environment_snapshot`).
+``git.json``
+    ``{"available": true, "commit", "branch", "dirty", "remote", "root"}``, or
+    ``{"available": false, "reason": "..."}`` (no git, not a checkout, git failed
+    or took longer than 3 s).
+``packages.txt``
+    ``name==version``, one installed distribution a line, sorted by name.
+``system.json``
+    :func:`obsbus.collect_env.collect` without torch's slow report.
+
+Values that are not JSON (tensors, modules, paths, callables, objects) are
+written as a string (their ``repr``, or ``<Tensor shape=... dtype=...>`` for a
+tensor, never read). Every value goes through :mod:`obsbus.masking`.
+
+Only rank 0 writes (the ranks share the code, the hyperparameters and the
+plug-ins; ``system.json`` and ``env.json`` are rank 0's node). A failure is
+one :class:`~obsbus.errors.ObsbusWarning` per file and training goes on.
+``OBSBUS_RUN_RECORD=0`` turns the record off.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.metadata as metadata
+import json
+import math
+import os
+import shutil
+import subprocess
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from obsbus._init_args import init_args
+from obsbus.errors import ObsbusWarning
+from obsbus.masking import mask_secrets, mask_value
+
+__all__ = ["GIT_TIMEOUT_S", "json_safe", "write_run_record"]
+
+GIT_TIMEOUT_S = 3.0
+_MAX_ITEMS = 200
+_MAX_TEXT = 2000
+_WRITTEN = "_obsbus_run_record_written"
+
+
+def _describe(value: Any) -> str:
+    kind = type(value)
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    if hasattr(value, "shape") and hasattr(value, "dtype") and kind.__module__.startswith("torch"):
+        device = getattr(value, "device", "?")
+        return f"<Tensor shape={list(value.shape)} dtype={value.dtype} device={device}>"
+    if kind.__module__.startswith("torch") and hasattr(value, "parameters"):
+        return f"<{name}>"  # a module's repr prints the whole model
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{name}>"
+    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 3] + "..."
+
+
+def json_safe(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON data: containers walked (to depth 8), anything else a string."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, enum.Enum) and isinstance(value.value, (str, int)):
+        return value.value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value) if isinstance(os.fspath(value), str) else repr(value)
+    if depth < 8 and isinstance(value, Mapping):
+        return {str(k): json_safe(v, depth + 1) for k, v in list(value.items())[:_MAX_ITEMS]}
+    if depth < 8 and isinstance(value, (list, tuple)):
+        return [json_safe(v, depth + 1) for v in value[:_MAX_ITEMS]]
+    if depth < 8 and isinstance(value, (set, frozenset)):
+        return sorted((json_safe(v, depth + 1) for v in value), key=repr)[:_MAX_ITEMS]
+    return _describe(value)
+
+
+def _class_name(obj: object) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def plugins_record(plugins: Iterable[object], profiler: object = None) -> dict[str, Any]:
+    """The ``plugins.json`` data for ``plugins`` (and ``profiler``)."""
+    from obsbus.logger import LoggerDestination
+
+    rows = []
+    for plugin in plugins:
+        kind = "destination" if isinstance(plugin, LoggerDestination) else "callback"
+        rows.append((kind, plugin))
+    if profiler is not None:
+        rows.append(("profiler", profiler))
+    out = []
+    for kind, plugin in rows:
+        args = init_args(plugin)
+        out.append(
+            {
+                "kind": kind,
+                "class": _class_name(plugin),
+                "args": None if args is None else json_safe(args),
+            }
+        )
+    return {"plugins": mask_value(out)}
+
+
+def _git(where: str, exe: str, args: list[str]) -> tuple[str | None, str]:
+    try:
+        done = subprocess.run(
+            [exe, "-C", where, *args],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"git {args[0]} took longer than {GIT_TIMEOUT_S:g} s"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"git could not run: {exc}"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [""])[-1]
+        if "not a git repository" in last.lower():
+            return None, f"{where} is not in a git repository"
+        return None, f"git {args[0]} exited with status {done.returncode}: {last[:200]}"
+    return done.stdout.strip(), ""
+
+
+def git_record(cwd: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The ``git.json`` data for the checkout at ``cwd`` (default: the working directory)."""
+    exe = shutil.which("git")
+    if exe is None:
+        return {"available": False, "reason": "git was not found on PATH"}
+    where = str(Path.cwd() if cwd is None else cwd)
+    commit, why = _git(where, exe, ["rev-parse", "HEAD"])
+    if commit is None:
+        return {"available": False, "reason": mask_secrets(why)}
+    branch, _ = _git(where, exe, ["rev-parse", "--abbrev-ref", "HEAD"])
+    status, _ = _git(where, exe, ["status", "--porcelain", "--untracked-files=no"])
+    remote, _ = _git(where, exe, ["config", "--get", "remote.origin.url"])
+    root, _ = _git(where, exe, ["rev-parse", "--show-toplevel"])
+    record: dict[str, Any] = mask_value(
+        {
+            "available": True,
+            "commit": commit,
+            "branch": branch or "",
+            "dirty": bool(status),
+            "remote": remote or "",
+            "root": root or "",
+        }
+    )
+    return record
+
+
+def packages_text() -> str:
+    """``packages.txt``: ``name==version`` for every installed distribution, sorted."""
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] if dist.metadata else None
+        if name:
+            found.setdefault(name.lower(), f"{name}=={dist.version}")
+    return mask_secrets("".join(line + "\n" for _, line in sorted(found.items())))
+
+
+def _env() -> dict[str, str]:
+    from obsbus.loggers._run_metadata import environment_snapshot
+
+    return {k.removeprefix("env__"): v for k, v in environment_snapshot().items()}
+
+
+def _system() -> dict[str, Any]:
+    from obsbus.collect_env import collect
+
+    data: dict[str, Any] = mask_value(collect(torch_report=False))
+    return data
+
+
+def _write(path: Path, make: Callable[[], Any]) -> None:
+    try:
+        content = make()
+        text = content if isinstance(content, str) else json.dumps(content, indent=2) + "\n"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except Exception as exc:
+        warnings.warn(
+            f"obsbus could not write the run record {str(path)!r}: "
+            f"{mask_secrets(f'{type(exc).__name__}: {exc}')}. Training goes on without it.",
+            ObsbusWarning,
+            stacklevel=3,
+        )
+
+
+def write_run_record(
+    state: Any, plugins: Iterable[object], *, profiler: object = None
+) -> Path | None:
+    """Write ``config/`` for the run of ``state`` (once; rank 0 only); never raises.
+
+    ``plugins`` are the run's callbacks and destinations (``state.callbacks``).
+    Returns the folder written, or ``None`` when this process writes nothing.
+    """
+    try:
+        if os.environ.get("OBSBUS_RUN_RECORD", "1").strip().lower() in ("0", "false", "no", "off"):
+            return None
+        if getattr(state, _WRITTEN, False) or getattr(state, "rank", 0) != 0:
+            return None
+        setattr(state, _WRITTEN, True)
+        folder = Path(state.run_folder.config_dir)
+        listed = list(plugins)
+        hparams = dict(getattr(state, "hparams", None) or {})
+    except Exception as exc:
+        warnings.warn(
+            f"obsbus could not write the run record: {mask_secrets(repr(exc))}.",
+            ObsbusWarning,
+            stacklevel=2,
+        )
+        return None
+    _write(folder / "plugins.json", lambda: plugins_record(listed, profiler))
+    _write(folder / "hparams.json", lambda: mask_value(json_safe(hparams)))
+    _write(folder / "env.json", _env)
+    _write(folder / "git.json", git_record)
+    _write(folder / "packages.txt", packages_text)
+    _write(folder / "system.json", _system)
+    return folder
