@@ -36,6 +36,7 @@ one :class:`~obsbus.errors.ObsbusWarning` per file and training goes on.
 from __future__ import annotations
 
 import enum
+import functools
 import importlib.metadata as metadata
 import json
 import math
@@ -170,25 +171,42 @@ def git_record(cwd: str | os.PathLike[str] | None = None) -> dict[str, Any]:
 
 def packages_text() -> str:
     """``packages.txt``: ``name==version`` for every installed distribution, sorted."""
+    return mask_secrets(_installed())
+
+
+@functools.cache
+def _installed() -> str:
     found: dict[str, str] = {}
     for dist in metadata.distributions():
         name = dist.metadata["Name"] if dist.metadata else None
         if name:
             found.setdefault(name.lower(), f"{name}=={dist.version}")
-    return mask_secrets("".join(line + "\n" for _, line in sorted(found.items())))
+    return "".join(line + "\n" for _, line in sorted(found.items()))
 
 
-def _env() -> dict[str, str]:
+@functools.lru_cache(maxsize=4)
+def _env_for(environ: tuple[tuple[str, str], ...]) -> dict[str, str]:
     from obsbus.loggers._run_metadata import environment_snapshot
 
-    return {k.removeprefix("env__"): v for k, v in environment_snapshot().items()}
+    return {k.removeprefix("env__"): v for k, v in environment_snapshot(dict(environ)).items()}
 
 
-def _system() -> dict[str, Any]:
+@functools.lru_cache(maxsize=4)
+def _system_for(environ: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     from obsbus.collect_env import collect
 
     data: dict[str, Any] = mask_value(collect(torch_report=False))
     return data
+
+
+# Runs in one process share the installed packages and, while the environment is the same,
+# the masked environment and system facts: a test suite builds hundreds of runs.
+def _env() -> dict[str, str]:
+    return _env_for(tuple(sorted(os.environ.items())))
+
+
+def _system() -> dict[str, Any]:
+    return _system_for(tuple(sorted(os.environ.items())))
 
 
 def _write(path: Path, make: Callable[[], Any]) -> None:
