@@ -195,7 +195,9 @@ def _env_for(environ: tuple[tuple[str, str], ...]) -> dict[str, str]:
 def _system_for(environ: tuple[tuple[str, str], ...]) -> dict[str, Any]:
     from obsbus.collect_env import collect
 
-    data: dict[str, Any] = mask_value(collect(torch_report=False))
+    # No GPU tool runs at run start (a hung nvidia-smi would hold the run; rocm-smi is the
+    # monitors' to call) and CUDA is not initialised here: `obsbus collect-env` has those.
+    data: dict[str, Any] = mask_value(collect(torch_report=False, probe_devices=False))
     return data
 
 

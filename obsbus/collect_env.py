@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -76,21 +77,31 @@ def _torch_facts(report: bool) -> dict[str, Any]:
     }
 
 
-def _hardware(cuda: bool) -> dict[str, Any]:
-    import psutil
+def _cpu_count(logical: bool) -> int | None:
+    try:
+        import psutil
 
+        count = psutil.cpu_count(logical=logical)
+        return int(count) if count is not None else None
+    except Exception:  # psutil missing, or broken in a container
+        return os.cpu_count() if logical else None
+
+
+def _hardware(cuda: bool, probe_devices: bool) -> dict[str, Any]:
     from obsbus import dist
 
     devices: list[str] = []
     if cuda:
         import torch
 
-        devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        # Naming a device initialises CUDA: at run start only where the run did that already.
+        if probe_devices or torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     local = max(dist.get_local_world_size(), 1)
     return {
         "cpu_model": probes.cpu_model(),
-        "cpu_cores": psutil.cpu_count(logical=False),
-        "cpu_threads": psutil.cpu_count(logical=True),
+        "cpu_cores": _cpu_count(logical=False),
+        "cpu_threads": _cpu_count(logical=True),
         "nodes": max(dist.get_world_size() // local, 1),
         "gpu_model": devices[0] if devices else None,
         "gpus_per_node": local if devices else 0,
@@ -100,8 +111,13 @@ def _hardware(cuda: bool) -> dict[str, Any]:
     }
 
 
-def collect(*, torch_report: bool = True) -> dict[str, Any]:
-    """Every section of the report as JSON data (layout in the module docstring)."""
+def collect(*, torch_report: bool = True, probe_devices: bool = True) -> dict[str, Any]:
+    """Every section of the report as JSON data (layout in the module docstring).
+
+    ``probe_devices=False`` (the run record at run start) runs no GPU tool and does not
+    initialise CUDA: ``gpu_tools`` is then empty and device names are those of a CUDA the
+    process initialised already.
+    """
     from obsbus import __version__
 
     torch_facts = _torch_facts(torch_report)
@@ -113,8 +129,8 @@ def collect(*, torch_report: bool = True) -> dict[str, Any]:
             "platform": platform.platform(),
         },
         "torch": torch_facts,
-        "hardware": _hardware(torch_facts["cuda_available"]),
-        "gpu_tools": probes.gpu_tools(),
+        "hardware": _hardware(torch_facts["cuda_available"], probe_devices),
+        "gpu_tools": probes.gpu_tools() if probe_devices else [],
         "libraries": probes.library_versions(),
         "distributed": probes.distributed_variables(),
     }

@@ -192,6 +192,24 @@ def test_a_hanging_git_times_out(tmp_path, monkeypatch):
         "available": False, "reason": "git rev-parse took longer than 0.5 s"}  # fmt: skip
 
 
+def test_no_gpu_tool_runs_at_run_start(tmp_path, monkeypatch):
+    """A hung nvidia-smi must not hold the run, and rocm-smi is the monitors' to call."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.txt"
+    for name in ("nvidia-smi", "rocm-smi", "amd-smi"):
+        tool = bin_dir / name
+        tool.write_text(f"#!{sys.executable}\nimport sys, time\n"
+                        f"open({str(calls)!r}, 'a').write(' '.join(sys.argv) + '\\n')\n"
+                        "time.sleep(60)\n")  # fmt: skip
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    _train("no-gpu-tools")
+    assert not calls.exists(), calls.read_text()
+    system = _read(Path("no-gpu-tools"), "system.json")
+    assert system["gpu_tools"] == [] and system["hardware"]["cpu_threads"] >= 1
+
+
 def test_an_unwritable_config_folder_does_not_stop_training():
     Path("blocked").mkdir()
     Path("blocked/config").write_text("a file where the folder would go")

@@ -265,7 +265,9 @@ class FileLogger(LoggerDestination):
         for path in paths:
             _check_not_a_directory(path)
             if path.exists() and not (self.overwrite or self.resume) and path not in self._paths:
-                raise _exists(path)
+                # Name the first file taken now: a run started at the same instant creates them
+                # in order, so the error is the one a run started later gets.
+                raise _exists(next((p for p in paths if p.exists()), path))
         if paths == self._paths:
             return  # the same files, still open
         self._close_files()
