@@ -431,6 +431,7 @@ class Run:
         state = self.state
         state.batch_num_samples = self._num_samples(batch)
         state.batch_num_tokens = self._num_tokens(batch)
+        state.batch_num_flops = None  # a loop that knows them sets them
         state.batch = batch if self._move_to is None else to_device(batch, self._move_to)
 
     def _end_batch(self) -> None:

@@ -54,6 +54,10 @@ class State:
         batch: the current batch (training, eval or predict).
         batch_num_samples: samples in the current batch.
         batch_num_tokens: tokens in the current batch (0 when not counted).
+        batch_num_flops: FLOPs this rank spends on the current batch (forward and
+            backward, every microbatch), when the loop's home knows them (the
+            Hugging Face and Lightning bridges set it; a ``Run`` loop may);
+            ``None`` otherwise. :class:`~obsbus.callbacks.SpeedMonitor` reads it.
         loss: the loss of the current microbatch at ``after_loss``, and of the
             whole batch from ``after_train_batch`` on (a tensor; not synced).
         outputs: the model's outputs for the current (micro)batch.
@@ -148,6 +152,7 @@ class State:
         self.batch: Any = None
         self.batch_num_samples: int = 0
         self.batch_num_tokens: int = 0
+        self.batch_num_flops: float | None = None
         self.loss: Any = None
         self.outputs: Any = None
         self.train_metrics: dict[str, Any] = {}

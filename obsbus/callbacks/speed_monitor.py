@@ -15,6 +15,7 @@ from typing_extensions import override
 
 from obsbus import dist
 from obsbus.callback import Callback
+from obsbus.callbacks._flops_source import FlopsSource
 from obsbus.callbacks._peak_flops import PRECISIONS, peak_flops, precision_of
 from obsbus.callbacks._time_units import seconds_per_unit
 from obsbus.errors import ObsbusWarning
@@ -207,9 +208,13 @@ class SpeedMonitor(Callback):
             ``"minutes"``, ``"hours"`` (default, as Composer) or ``"days"``.
         log_interval: ``"1ba"`` (default) or ``"1ep"``; a bare int counts batches.
         flops_per_batch: ``f(batch) -> number``: FLOPs this rank spends on
-            ``batch`` (forward and backward). Default: the model's
-            ``flops_per_batch(batch)`` method (also on ``model.module``).
-            Return a Python number: a device tensor would mean a sync per step.
+            ``batch`` (forward and backward). Default, in order:
+            ``state.batch_num_flops`` (set by the Hugging Face and Lightning
+            bridges, or by your loop), the model's ``flops_per_batch(batch)``
+            method (also on ``model.module``), Hugging Face's
+            ``model.floating_point_ops(batch)`` for a dict batch
+            (:mod:`obsbus.callbacks._flops_source`). Return a Python number: a
+            device tensor would mean a sync per step.
         precision: for the table: one of ``fp32``, ``tf32``, ``fp16``,
             ``bf16``, ``fp8``. Default: autocast's dtype at the first
             ``after_forward`` when autocast is on, else the parameters' dtype
@@ -270,7 +275,7 @@ class SpeedMonitor(Callback):
         self._tokens: deque[int] = deque(maxlen=window_size)
         self._flops: deque[float] = deque(maxlen=window_size)
         self._flops_missing: deque[bool] = deque(maxlen=window_size)
-        self._flops_fn: Callable[[Any], Any] | None = None
+        self._flops_source = FlopsSource(flops_per_batch)
         self._mark: float | None = None  # end of the previous batch, moved past any eval
         self._warm_up = False
         self._train_seconds = 0.0
@@ -291,14 +296,8 @@ class SpeedMonitor(Callback):
         self._mark = _clock()
         self._warm_up = True
         self._eval_depth = 0
-        self._flops_fn = self.flops_per_batch
-        if self._flops_fn is None:
-            model = state.model
-            for owner in (model, getattr(model, "module", None)):
-                method = getattr(owner, "flops_per_batch", None)
-                if callable(method):
-                    self._flops_fn = method
-                    break
+        self._flops_source = FlopsSource(self.flops_per_batch)
+        self._flops_source.bind(state.model)
 
     @override
     def after_forward(self, state: State, logger: Logger) -> None:
@@ -316,7 +315,7 @@ class SpeedMonitor(Callback):
             if self._warm_up:
                 self._warm_up = False
             else:
-                flops = None if self._flops_fn is None else self._count_flops(state)
+                flops = self._flops_source(state)
                 self._seconds.append(seconds)
                 self._samples.append(state.batch_num_samples)
                 self._tokens.append(state.batch_num_tokens)
@@ -392,17 +391,6 @@ class SpeedMonitor(Callback):
         if self._mark is not None:
             self._mark += seconds  # evaluation is not training time
         return True
-
-    def _count_flops(self, state: State) -> float:
-        assert self._flops_fn is not None
-        flops = self._flops_fn(state.batch)
-        if isinstance(flops, bool) or not isinstance(flops, numbers.Real):
-            raise TypeError(
-                f"SpeedMonitor: flops_per_batch returned {flops!r}; it must return a Python "
-                "number (FLOPs for this rank's batch). To fix, compute it from shapes, e.g. "
-                "6 * n_params * tokens, not from tensor values (that would sync every step)."
-            )
-        return float(flops)
 
     def _times(self) -> dict[str, float]:
         train, evaluation, unit = self._train_seconds, self._eval_seconds, self._divider

@@ -9,6 +9,9 @@ shadow the Trainer's methods, without subclassing it:
 - ``compute_loss``: inside training, fires ``after_loss`` with the microbatch
   loss in ``state.loss`` (a callback may replace it, as under ``Run``);
 - ``train``: fires ``exception`` and closes every plug-in when it raises.
+
+The callback also keeps the trainer, to read ``trainer.current_flos`` (HF adds
+``floating_point_ops(inputs)`` to it every microbatch) around each step.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ def wrap_trainer(callback: ObsbusCallback, trainer: Any) -> None:
     trainer.compute_loss = wrapped_compute_loss
     trainer.train = wrapped_train
     trainer._obsbus_wrapped = callback
+    callback._trainer = trainer  # its current_flos: the step's FLOPs
 
 
 def count_microbatch(inputs: Any) -> tuple[int, int]:

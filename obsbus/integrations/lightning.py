@@ -67,6 +67,7 @@ from obsbus._batch import default_num_samples, default_num_tokens
 from obsbus._check import check_bool, check_callable, check_mapping
 from obsbus._loss import combine_losses, detached, loss_metrics
 from obsbus._run_args import check_callbacks, check_loggers, check_profiler
+from obsbus._run_record import write_run_record
 from obsbus.callback import Callback
 from obsbus.engine import Engine
 from obsbus.event import Event
@@ -100,6 +101,12 @@ class ObsbusCallback(pl.Callback):  # type: ignore[misc]
         num_samples_fn: samples in a Lightning batch (default: its first tensor's
             leading dimension); ``num_tokens_fn``: its tokens (default 0, or
             ``input_ids.numel()`` for a dict batch).
+        flops_per_batch: ``f(batch) -> number``: FLOPs of one Lightning
+            (micro)batch, forward and backward; summed over an accumulation
+            window into ``state.batch_num_flops`` for ``SpeedMonitor``. Default:
+            the LightningModule's ``flops_per_batch(batch)`` method, if any.
+            ``lightning.fabric.utilities.throughput.measure_flops`` on a meta
+            copy of the model gives the number for a batch shape.
         profiler: an obsbus :class:`~obsbus.profiler.Profiler` to attach.
         strict: raise a destination's failure instead of containing it (tests).
 
@@ -119,6 +126,7 @@ class ObsbusCallback(pl.Callback):  # type: ignore[misc]
         hparams: dict[str, Any] | None = None,
         num_samples_fn: Callable[[Any], int] | None = None,
         num_tokens_fn: Callable[[Any], int] | None = None,
+        flops_per_batch: Callable[[Any], float] | None = None,
         profiler: Any = None,
         strict: bool = False,
     ) -> None:
@@ -136,6 +144,8 @@ class ObsbusCallback(pl.Callback):  # type: ignore[misc]
         self._num_tokens: Callable[[Any], int] = (
             check_callable(owner, "num_tokens_fn", num_tokens_fn) or default_num_tokens
         )
+        self._flops_arg = check_callable(owner, "flops_per_batch", flops_per_batch)
+        self._flops: Callable[[Any], Any] | None = self._flops_arg
         self._run_folder, self._run_name = run_folder, run_name
         self._build()
         self.lightning_logger = ObsbusLogger(self)
@@ -171,7 +181,10 @@ class ObsbusCallback(pl.Callback):  # type: ignore[misc]
         state.max_duration = max_duration_of(trainer)
         state.precision = precision_of(trainer)
         state.device = getattr(trainer.strategy, "root_device", None)
+        method = getattr(pl_module, "flops_per_batch", None)
+        self._flops = self._flops_arg or (method if callable(method) else None)
         self._initialized = True
+        write_run_record(state, state.callbacks, profiler=self._profiler)
         for event in (_E.INIT, _E.BEFORE_LOAD, _E.AFTER_LOAD):
             self.engine.run_event(event)
         if state.hparams:
@@ -224,13 +237,17 @@ class ObsbusCallback(pl.Callback):  # type: ignore[misc]
     ) -> None:
         state = self.state
         samples, tokens = self._num_samples(batch), self._num_tokens(batch)
+        flops = None if self._flops is None else _flops_number(self._flops(batch))
         state.batch = batch
         if self._in_batch:
             state.batch_num_samples += samples
             state.batch_num_tokens += tokens
+            if flops is not None and state.batch_num_flops is not None:
+                state.batch_num_flops += flops
             return
         self._in_batch, self._stepped, self._parts = True, False, []
         state.batch_num_samples, state.batch_num_tokens = samples, tokens
+        state.batch_num_flops = flops
         state.loss = state.outputs = None
         self.engine.run_event(_E.BATCH_START)
         self.engine.run_event(_E.BEFORE_TRAIN_BATCH)
@@ -329,3 +346,13 @@ class ObsbusCallback(pl.Callback):  # type: ignore[misc]
         self.engine.run_event(_E.EVAL_END)
         state.dataloader, state.dataloader_label = self._saved
         self.engine.run_event(_E.EVAL_AFTER_ALL if self._fitting else _E.EVAL_STANDALONE_END)
+
+
+def _flops_number(flops: Any) -> float:
+    if isinstance(flops, bool) or not isinstance(flops, (int, float)):
+        raise TypeError(
+            f"ObsbusCallback: flops_per_batch gave {flops!r}; it must be a Python number "
+            "(FLOPs of one batch, forward and backward), computed from shapes: a tensor "
+            "would sync every step."
+        )
+    return float(flops)

@@ -92,6 +92,12 @@ class ObsbusCallback(TrainerCallback):
     raises: HF has no exception hook. Without ``wrap`` there is no loss, no
     ``after_loss``, and a crash leaves the plug-ins unclosed.
 
+    **FLOPs.** With ``wrap``, ``state.batch_num_flops`` is what HF counted for
+    the step: the change of ``trainer.current_flos``, to which HF adds
+    ``model.floating_point_ops(inputs)`` every microbatch (its ``total_flos``
+    sums them). ``SpeedMonitor`` then logs ``throughput/flops_per_sec``, and MFU
+    on a device it knows the peak of.
+
     ``state.stop_training()`` sets ``control.should_training_stop``: HF ends
     after the current step. With ``log_hf_logs`` (the default) what HF logs
     through ``on_log`` (``loss``, ``grad_norm``, ``learning_rate``,
@@ -155,6 +161,8 @@ class ObsbusCallback(TrainerCallback):
         self._parts: list[Any] = []
         self._samples = self._tokens = 0
         self._tokens_seen = 0
+        self._trainer: Any = None  # set by wrap()
+        self._flos_mark: float | None = None
         self._mark = time.perf_counter()
 
     @property
@@ -204,6 +212,14 @@ class ObsbusCallback(TrainerCallback):
             if self._run is not None:
                 self._run.close()
 
+    def _step_flops(self) -> float | None:
+        # HF resets current_flos only between steps (store_flos at logging), so the change
+        # across the step is what it added for the step's microbatches.
+        began, now = self._flos_mark, _current_flos(self._trainer)
+        if began is None or now is None or now <= began:
+            return None  # not wrapped, or a model without floating_point_ops (HF adds 0)
+        return now - began
+
     # ------------------------------------------------------------ HF hooks
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._control = control
@@ -247,6 +263,8 @@ class ObsbusCallback(TrainerCallback):
             return
         self._parts, self._samples, self._tokens = [], 0, 0
         self._run.state.loss, self._run.state.outputs = None, None
+        self._run.state.batch_num_flops = None
+        self._flos_mark = _current_flos(self._trainer)
         self._in_batch = True
         self._fire(_E.BATCH_START, _E.BEFORE_TRAIN_BATCH)
 
@@ -282,6 +300,7 @@ class ObsbusCallback(TrainerCallback):
             self._samples = int(getattr(args, "train_batch_size", 0) or 0) * obs.grad_accum * world
         now = time.perf_counter()
         obs.batch_num_samples, obs.batch_num_tokens = self._samples, tokens
+        obs.batch_num_flops = self._step_flops()
         obs.timestamp = obs.timestamp.to_next_batch(self._samples, tokens, now - self._mark)
         self._mark = now
         if obs.loss is not None:
@@ -353,6 +372,11 @@ def _unwrap(optimizer: Any) -> Any:
     if inner is not None and type(optimizer).__name__ == "AcceleratedOptimizer":
         return inner
     return optimizer
+
+
+def _current_flos(trainer: Any) -> float | None:
+    value: Any = getattr(trainer, "current_flos", None)
+    return float(value) if _is_number(value) else None
 
 
 def _is_number(value: Any) -> bool:

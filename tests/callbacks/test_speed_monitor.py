@@ -303,7 +303,7 @@ def test_mfu_and_step_times_as_device_tensors():
 
 def test_flops_function_must_return_a_number(clock):
     monitor = SpeedMonitor(window_size=1, flops_per_batch=lambda batch: torch.tensor(1.0))
-    with pytest.raises(TypeError, match=r"flops_per_batch returned tensor.*must return a Python number"):
+    with pytest.raises(TypeError, match=r"flops_per_batch gave tensor.*must be a Python number"):
         train(monitor, clock, sizes=[4] * 3, durations=[1.0] * 3)
 
 
