@@ -102,6 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     collect_env.add_arguments(env)
     env.set_defaults(func=collect_env.run)
+    from obsbus import report
+
+    report_parser = sub.add_parser(
+        "report",
+        help="write a run folder's report: one HTML file that opens offline",
+        description="Write one self-contained HTML page that shows a run: status, failures,\n"
+        "metrics by step, time per event and callback, and the run's config/.\n"
+        "Needs the report extra: pip install 'obsbus[report]'.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_arguments(report_parser)
+    report_parser.set_defaults(func=report.run)
     return parser
 
 

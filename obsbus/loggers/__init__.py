@@ -21,6 +21,7 @@ from obsbus.loggers.remote_uploader_downloader import (
     UploadError,
     maybe_create_remote_uploader_downloader_from_uri,
 )
+from obsbus.loggers.run_report import RunReport
 from obsbus.loggers.tensorboard_logger import TensorboardLogger
 from obsbus.loggers.wandb_logger import WandBLogger
 
@@ -36,6 +37,7 @@ __all__ = [
     "NeptuneLogger",
     "ProgressBarLogger",
     "RemoteUploaderDownloader",
+    "RunReport",
     "TensorboardLogger",
     "UploadError",
     "WandBLogger",

@@ -1,0 +1,209 @@
+"""``obsbus report RUN_DIR``: one self-contained HTML page that shows a run.
+
+The page opens offline in any browser (the plotting library's JavaScript is
+inlined; nothing is fetched). It shows:
+
+- a header: run name, status (below), duration, steps, samples, each rank's
+  status, every failure obsbus recorded (the failures RunReport saw in the
+  logger's failure log, the ``[exception]`` lines of FileLogger's text log,
+  metrics that went NaN or inf, ``nan/*`` keys from NaNMonitor, torn or bad
+  lines, obsbus's lines in the ``logs/**/warning.log`` of
+  :func:`obsbus.log.setup_logging`), and the final and best value of each
+  ``loss/*`` and ``metrics/*`` key;
+- one plot per group of keys that has data, all on one shared step axis:
+  loss (train and eval), eval metrics, learning rate (``lr-*``), MFU,
+  throughput, step time, memory, gradient and parameter norms
+  (``l2_norm/*``), power, temperature, CPU and GPU utilisation, system
+  memory, disk and network, time, other. Every rank's FileLogger JSON Lines
+  are read: up to 4 ranks as one line each, more as a min/max band over the
+  ranks plus rank 0's line;
+- where the run folder has profiler traces (``traces/``), the time per
+  event and per callback (the ``event/*`` and ``callback/{Class}/{event}``
+  spans), as a table with bars;
+- the run's record in ``config/``: hyperparameters, the plug-ins with their
+  resolved arguments, git, the environment, the system and the packages.
+
+Every text taken from the run is HTML-escaped and goes through
+:func:`obsbus.masking.mask_secrets` (the ``config/`` files are masked when
+written; they are masked again here).
+
+**Status.** Each rank's status comes from, in order:
+
+1. The status file RunReport writes (``run-status-rank{rank}.json``):
+   ``finished`` (it saw ``fit_end``), ``failed`` (it saw ``exception``;
+   ``killed`` when that exception was ``TrainingTerminated`` (SIGTERM) or
+   ``KeyboardInterrupt``), ``finished`` when the run closed without
+   ``fit_end``, and ``killed`` when the file still says ``running`` (the
+   process ended without an end: SIGKILL, OOM killer, power loss; or the
+   run is still going).
+2. Without one: ``failed`` (``killed`` for the exceptions above) when
+   FileLogger's text log has an ``[exception]`` line; ``killed`` when the
+   last JSON Lines row is cut short; else ``unknown``.
+
+The run's status is the worst of its ranks' (failed, killed, unknown,
+finished).
+
+**Size.** Each line is downsampled to at most 4,000 points (2,000 min/max
+buckets, :func:`~obsbus.report._downsample.minmax_downsample`: every bucket
+keeps its lowest and highest point, so no spike is lost), so the page stays
+responsive and its size is bounded whatever the run's length: about 1.2 MB of
+Bokeh plus about 64 KB per line drawn. A 1e6-step run with 4 keys is under
+2 MB (tests/report/test_large.py checks a 3 MB bound).
+
+**Choice of library: Bokeh** (``pip install 'obsbus[report]'``), over
+Plotly, from measurements (``/tmp/helpers/report_measure.py``: a 100k-step
+run, 6 plots, 10 lines; Chromium 156 headless, from ``goto`` to every plot
+drawn, best of 3; Bokeh 3.9.2, Plotly 7.1.0):
+
+=====================  ==========  ===========
+                       HTML size   render time
+=====================  ==========  ===========
+Bokeh, every point     13.1 MB     4.6 s
+Bokeh, min/max 2,000   1.8 MB      2.5 s
+Plotly, every point    21.6 MB     5.2 s
+Plotly, min/max 2,000  5.5 MB      3.6 s
+=====================  ==========  ===========
+
+Plotly's ``Scattergl`` (WebGL) did not draw in 30 s in headless Chromium
+without a GPU; ``Scatter`` (SVG) was measured. Bokeh's inline JavaScript is
+about 1.2 MB against plotly.js's 4.6 MB, and it draws on a canvas. It needs
+pandas, Pillow, tornado, Jinja2 and more, so it is an extra, not a core
+dependency; ``import obsbus`` never imports it.
+
+Example:
+    >>> import tempfile
+    >>> from obsbus import Run
+    >>> from obsbus.loggers import FileLogger
+    >>> folder = tempfile.mkdtemp()
+    >>> with Run(max_duration="3ba", run_folder=folder, loggers=[FileLogger()]) as run:
+    ...     for batch in run.train([[1], [2], [3]]):
+    ...         run.state.loss = 1.0 / batch[0]
+    >>> path = write_report(folder)
+    >>> path.name, "Loss (train and eval)" in path.read_text()
+    ('report.html', True)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from obsbus.errors import MissingExtraError
+from obsbus.report._downsample import DEFAULT_BUCKETS, minmax_band, minmax_downsample
+
+__all__ = [
+    "DEFAULT_BUCKETS",
+    "add_arguments",
+    "build_report",
+    "main",
+    "minmax_band",
+    "minmax_downsample",
+    "run",
+    "write_report",
+]
+
+REPORT_NAME = "report.html"
+
+
+def _bokeh() -> None:
+    try:
+        import bokeh  # noqa: F401
+    except ImportError:
+        raise MissingExtraError("report", "obsbus report") from None
+
+
+def build_report(run_dir: str | Path, *, buckets: int = DEFAULT_BUCKETS) -> str:
+    """The report of the run folder ``run_dir``, as one HTML document.
+
+    Raises:
+        NotADirectoryError: ``run_dir`` is not a folder.
+        MissingExtraError: Bokeh is not installed (``pip install 'obsbus[report]'``).
+    """
+    _bokeh()
+    from bokeh.embed import components
+    from bokeh.resources import Resources
+
+    from obsbus import __version__
+    from obsbus.report._html import page
+    from obsbus.report._plots import build_plots
+    from obsbus.report._read import read_run
+    from obsbus.report._status import summarize
+    from obsbus.report._traces import read_traces
+
+    data = read_run(run_dir)
+    plots = build_plots(data, buckets)
+    script, divs = components([p.figure for p in plots]) if plots else ("", ())
+    return page(
+        data,
+        summarize(data),
+        plots,
+        list(divs),
+        script,
+        # Only BokehJS itself: the figures need no widgets, tables, WebGL or MathJax (1.3 MB
+        # against 3.9 MB for all of INLINE).
+        Resources(mode="inline", components=["bokeh"]).render(),
+        read_traces(data.root),
+        __version__,
+    )
+
+
+def write_report(
+    run_dir: str | Path, out: str | Path | None = None, *, buckets: int = DEFAULT_BUCKETS
+) -> Path:
+    """Write the report of ``run_dir`` to ``out`` (default ``{run_dir}/report.html``), whole:
+    a reader never sees half a file. Returns its path."""
+    html = build_report(run_dir, buckets=buckets)
+    path = Path(out) if out is not None else Path(run_dir) / REPORT_NAME
+    path = path.expanduser().absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``obsbus report`` arguments."""
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run folder to show")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="where to write the page (default RUN_DIR/report.html)",
+    )
+    parser.add_argument(
+        "--buckets",
+        type=int,
+        default=DEFAULT_BUCKETS,
+        help=f"min/max buckets per line (at most twice as many points; default {DEFAULT_BUCKETS})",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``obsbus report`` with parsed ``args``: 0 written, 1 a folder or file problem,
+    2 a missing extra or bad argument."""
+    prog = "obsbus report"
+    try:
+        path = write_report(args.run_dir, args.output, buckets=args.buckets)
+    except MissingExtraError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1
+    print(f"report -> {path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m obsbus.report RUN_DIR [-o FILE]``."""
+    parser = argparse.ArgumentParser(
+        prog="obsbus report", description="Write a run folder's report: one offline HTML file."
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

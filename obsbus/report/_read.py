@@ -1,0 +1,257 @@
+"""Read what obsbus wrote into a run folder: FileLogger's files, the status files, ``config/``."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from obsbus.masking import mask_secrets, mask_value
+
+__all__ = ["RankData", "RunData", "read_run"]
+
+#: The columns every JSON Lines row has besides the metrics.
+_ROW_FIELDS = frozenset({"step", "epoch", "batch", "wall_time"})
+_RANK = re.compile(r"rank[-_]?(\d+)")
+_PLACEHOLDER = re.compile(r"\{[^}]*\}")
+#: Lines of the loguru logs kept per file (the first ones: a failure is reported once).
+_MAX_LOG_LINES = 50
+#: Status files RunReport writes next to the report, one per rank.
+STATUS_GLOB = "run-status-rank*.json"
+
+
+@dataclass
+class RankData:
+    """One rank's metrics and what its files say about how it ended."""
+
+    rank: int
+    source: Path
+    #: key -> (steps, values), in the order written; only numbers (NaN and inf kept).
+    series: dict[str, tuple[list[float], list[float]]] = field(default_factory=dict)
+    rows: int = 0
+    #: The last line was cut short (a kill mid-write): it is left out.
+    torn: bool = False
+    #: Lines that were not JSON objects, besides a torn last one.
+    bad_lines: int = 0
+    first_wall: float | None = None
+    last_wall: float | None = None
+    last_step: float | None = None
+    last_epoch: float | None = None
+    #: ``[exception]`` lines of the FileLogger text log, masked.
+    exceptions: list[str] = field(default_factory=list)
+    #: The status file RunReport wrote for this rank, if any.
+    status: dict[str, Any] | None = None
+
+
+@dataclass
+class RunData:
+    """Everything the report shows, read from one run folder."""
+
+    root: Path
+    ranks: dict[int, RankData] = field(default_factory=dict)
+    #: ``config/`` files by name (JSON parsed; ``packages.txt`` as text), masked.
+    config: dict[str, Any] = field(default_factory=dict)
+    #: (file, line) of the loguru warning/error logs that name obsbus, masked.
+    log_lines: list[tuple[str, str]] = field(default_factory=list)
+    #: Files that could not be read, with why.
+    unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def run_name(self) -> str:
+        for data in self.ranks.values():
+            if data.status and isinstance(data.status.get("run_name"), str):
+                return str(data.status["run_name"])
+        return self.root.name
+
+
+def _rank_of(path: Path, fallback: int) -> int:
+    found = _RANK.findall(path.name)
+    return int(found[-1]) if found else fallback
+
+
+def _patterns(config: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Glob patterns of FileLogger's JSON Lines and text logs: those in plugins.json, else the
+    defaults."""
+    jsonl, text = {"metrics-rank*.jsonl"}, {"logs-rank*.txt"}
+    plugins = config.get("plugins.json", {})
+    rows = plugins.get("plugins", []) if isinstance(plugins, dict) else []
+    for row in rows:
+        if not isinstance(row, dict) or not str(row.get("class", "")).endswith("FileLogger"):
+            continue
+        args = row.get("args") or {}
+        for name, into in (("jsonl_filename", jsonl), ("filename", text)):
+            value = args.get(name) if isinstance(args, dict) else None
+            if isinstance(value, str) and value and not Path(value).is_absolute():
+                into.add(_PLACEHOLDER.sub("*", value))
+    return sorted(jsonl), sorted(text)
+
+
+def _glob(root: Path, patterns: list[str]) -> list[Path]:
+    found: set[Path] = set()
+    for pattern in patterns:
+        found.update(p for p in root.glob(pattern) if p.is_file())
+    return sorted(found)
+
+
+def _number(value: Any) -> bool:
+    kind = type(value)
+    return kind is float or kind is int
+
+
+def read_jsonl(path: Path, rank: int) -> RankData:
+    """Read FileLogger's JSON Lines; a torn last line (a crashed run) is dropped."""
+    data = RankData(rank, path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    lines = raw.split(b"\n")
+    last = len(lines) - 1
+    loads, series = json.loads, data.series
+    step: Any = None
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = loads(line)
+        except ValueError:
+            if index == last:  # no newline after it: the write was cut
+                data.torn = True
+            else:
+                data.bad_lines += 1
+            continue
+        if type(row) is not dict:
+            data.bad_lines += 1
+            continue
+        data.rows += 1
+        step = row.get("step")
+        if not _number(step):
+            continue
+        for key, value in row.items():
+            if _number(value) and key not in _ROW_FIELDS:
+                found = series.get(key)
+                if found is None:
+                    found = series[key] = ([], [])
+                found[0].append(step)
+                found[1].append(value)
+        wall = row.get("wall_time")
+        if _number(wall):
+            data.first_wall = wall if data.first_wall is None else data.first_wall
+            data.last_wall = wall
+        data.last_step = step if data.last_step is None else max(data.last_step, step)
+        epoch = row.get("epoch")
+        data.last_epoch = epoch if _number(epoch) else data.last_epoch
+    return data
+
+
+def read_exceptions(path: Path) -> list[str]:
+    """The ``[exception]: ...`` lines FileLogger writes into its text log, masked."""
+    marker, found = b"[exception]: ", list[str]()
+    with open(path, "rb") as f:
+        if f.seek(0, 2) == 0:
+            return []
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
+            at = text.find(marker)
+            while at >= 0 and len(found) < 20:
+                if at == 0 or text[at - 1 : at] == b"\n":
+                    end = text.find(b"\n", at)
+                    line = text[at + len(marker) : end if end >= 0 else len(text)]
+                    found.append(mask_secrets(line.decode("utf-8", "replace")))
+                at = text.find(marker, at + 1)
+    return found
+
+
+def _read_config(root: Path, data: RunData) -> None:
+    folder = root / "config"
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.iterdir()):
+        if not path.is_file() or path.name.startswith("."):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            value: Any = json.loads(text) if path.suffix == ".json" else text
+        except (OSError, ValueError) as exc:
+            data.unreadable.append(f"{path.name}: {exc}")
+            continue
+        # Written masked already; masked again, in case a file came from elsewhere.
+        data.config[path.name] = (
+            mask_secrets(value) if isinstance(value, str) else mask_value(value)
+        )
+
+
+def _read_logs(root: Path, data: RunData) -> None:
+    """obsbus's warnings and errors in the loguru logs (``setup_logging``), if the run had them."""
+    logs = root / "logs"
+    if not logs.is_dir():
+        return
+    for folder in sorted({p.parent for p in logs.glob("**/*.log")}):
+        # warning.log holds the errors too (each file: its level and above)
+        path = next(
+            (folder / n for n in ("warning.log", "error.log") if (folder / n).is_file()), None
+        )
+        if path is None:
+            continue
+        kept = 0
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if "obsbus" in line.lower():
+                        data.log_lines.append(
+                            (str(path.relative_to(root)), mask_secrets(line.rstrip()))
+                        )
+                        kept += 1
+                        if kept >= _MAX_LOG_LINES:
+                            break
+        except OSError as exc:
+            data.unreadable.append(f"{path}: {exc}")
+
+
+def read_status_files(root: Path) -> dict[int, dict[str, Any]]:
+    found: dict[int, dict[str, Any]] = {}
+    for index, path in enumerate(sorted(root.glob(STATUS_GLOB))):
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # written whole by a rename: a bad one is not RunReport's
+        if isinstance(value, dict):
+            found[_rank_of(path, index)] = mask_value(value)
+    return found
+
+
+def read_run(run_dir: str | Path) -> RunData:
+    """Read the run folder ``run_dir``: every rank's JSON Lines, text log and status, and
+    ``config/``.
+
+    Raises:
+        NotADirectoryError: ``run_dir`` is not a folder.
+    """
+    root = Path(run_dir).expanduser().absolute()
+    if not root.is_dir():
+        raise NotADirectoryError(
+            f"obsbus report: {str(root)!r} is not a run folder. To fix, pass the folder a run "
+            "wrote (the one holding metrics-rank0.jsonl and config/)."
+        )
+    data = RunData(root)
+    _read_config(root, data)
+    jsonl, text = _patterns(data.config)
+    for index, path in enumerate(_glob(root, jsonl)):
+        rank = _rank_of(path, index)
+        try:
+            data.ranks[rank] = read_jsonl(path, rank)
+        except OSError as exc:
+            data.unreadable.append(f"{path.name}: {exc}")
+    for rank, status in read_status_files(root).items():
+        data.ranks.setdefault(rank, RankData(rank, root)).status = status
+    for index, path in enumerate(_glob(root, text)):
+        rank = _rank_of(path, index)
+        try:
+            exceptions = read_exceptions(path)
+        except (OSError, ValueError) as exc:
+            data.unreadable.append(f"{path.name}: {exc}")
+            continue
+        if exceptions:
+            data.ranks.setdefault(rank, RankData(rank, path)).exceptions = exceptions
+    _read_logs(root, data)
+    return data
