@@ -10,4 +10,8 @@ fi
 # torch first: 2.13.0 is the CPU build on this machine's disk; any other pulls CUDA.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+# The report tests open pages in Debian's chromium, driven by Playwright (no browser download).
+if [ ! -x /usr/bin/chromium ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 exec .venv/bin/python -m pytest "$@"
