@@ -48,8 +48,12 @@ def _trainable_parameters(state: State) -> list[tuple[str, torch.Tensor]]:
 class OptimizerMonitor(Callback):
     """Logs the global gradient L2 norm (and optionally parameter norm and zeros) every interval.
 
-    It reads the gradients at ``batch_end`` (``epoch_end`` for an epoch
-    interval), after the optimizer step, as Composer does: they are the
+    It reads the gradients at ``after_train_batch`` of a batch that logs
+    (``epoch_end`` for an epoch interval), after the optimizer step, and logs
+    them at ``batch_end``, at the batch's step (Composer reads them at
+    ``batch_end``; Hugging Face's Trainer drops them in between, before its
+    ``on_step_end``, and its bridge fires ``after_train_batch`` from
+    ``on_optimizer_step``, while they exist). They are the
     batch's full gradients (every microbatch accumulated), after any
     in-place clipping the loop did. obsbus's :class:`~obsbus.Trainer` zeroes
     gradients at the start of the next batch so they survive until then; a
@@ -192,6 +196,7 @@ class OptimizerMonitor(Callback):
         self.log_optimizer_metrics = log_optimizer_metrics
         self.batch_log_interval = self.log_interval.batches or None
         self._warned_no_grads = False
+        self._read_at: tuple[int, dict[str, Any]] | None = None
         self._params: list[tuple[str, torch.Tensor]] | None = None
         self._params_model: object = None
         self._layout: tuple[torch.device, Any] | None = None
@@ -218,7 +223,7 @@ class OptimizerMonitor(Callback):
     def epoch_start(self, state: State, logger: Logger) -> None:
         self._params = None  # parameters frozen or unfrozen between epochs are seen
 
-    def _metrics(self, state: State) -> dict[str, Any]:
+    def _metrics(self, state: State, batch: int) -> dict[str, Any]:
         import torch
 
         params = self._parameters(state)
@@ -249,8 +254,8 @@ class OptimizerMonitor(Callback):
                 self._warned_no_grads = True
                 warnings.warn(
                     f"OptimizerMonitor: no trainable parameter has a gradient at batch "
-                    f"{state.timestamp._batch}, so no l2_norm/grad keys are logged. It reads "
-                    "gradients at batch_end, after optimizer.step(). To fix, call "
+                    f"{batch}, so no l2_norm/grad keys are logged. It reads "
+                    "gradients after optimizer.step(), at after_train_batch. To fix, call "
                     "optimizer.zero_grad() at the start of each step (before the forward "
                     "pass), not right after optimizer.step().",
                     ObsbusWarning,
@@ -282,17 +287,32 @@ class OptimizerMonitor(Callback):
         for key, value in reported.items():
             metrics.setdefault(key, value)
 
-    def _log(self, state: State, logger: Logger) -> None:
-        metrics = self._metrics(state)
+    def _read(self, state: State, batch: int) -> dict[str, Any]:
+        metrics = self._metrics(state, batch)
         if self.log_optimizer_metrics:
             self._optimizer_metrics(state, metrics)
+        return metrics
+
+    def _log(self, state: State, logger: Logger, metrics: dict[str, Any] | None = None) -> None:
+        metrics = self._read(state, state.timestamp._batch) if metrics is None else metrics
         if metrics:
             logger.log_metrics(metrics)
 
     @override
+    def after_train_batch(self, state: State, logger: Logger) -> None:
+        every = self.log_interval.batches
+        batch = state.timestamp._batch + 1  # counted before batch_end
+        if every and batch % every == 0:
+            self._read_at = (batch, self._read(state, batch))
+
+    @override
     def batch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_batch_end(state):
-            self._log(state, logger)
+            read_at, self._read_at = self._read_at, None
+            if read_at is not None and read_at[0] == state.timestamp._batch:
+                self._log(state, logger, read_at[1])
+            else:  # a loop that fires no after_train_batch
+                self._log(state, logger)
 
     @override
     def epoch_end(self, state: State, logger: Logger) -> None:

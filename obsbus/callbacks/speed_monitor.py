@@ -268,6 +268,7 @@ class SpeedMonitor(Callback):
         self.flops_per_batch = flops_per_batch
         self.precision = precision
         self.log_interval = LogInterval(log_interval, "SpeedMonitor log_interval")
+        self._served = self._loaded = False  # a run began; load_state_dict since
         # (seconds, samples, tokens, flops or None) of each batch in the window.
         # The window as parallel deques, so each sum is one C-level call (bench finding M4).
         self._seconds: deque[float] = deque(maxlen=window_size)
@@ -291,6 +292,26 @@ class SpeedMonitor(Callback):
         self._warned_mfu = False
 
     # ---------------------------------------------------------------- hooks
+    @override
+    def init(self, state: State, logger: Logger) -> None:
+        # A new run (one instance may serve several, one after another): nothing of the
+        # last one's window or time carries over. A resumed run's time comes back through
+        # load_state_dict, after init.
+        for window in (self._seconds, self._samples, self._tokens, self._flops):
+            window.clear()
+        self._flops_missing.clear()
+        if self._served and not self._loaded:  # totals given by load_state_dict stay
+            self._train_seconds = self._eval_seconds = 0.0
+        self._served, self._loaded = True, False
+        self._interval_seconds = 0.0
+        self._interval_batches = 0
+        self._mark = None
+        self._detect = self.precision is None and self.gpu_flops_available is None
+        self._detected = None
+        self._peak = self.gpu_flops_available
+        self._peak_resolved = self.gpu_flops_available is not None
+        self._warned_mfu = False
+
     @override
     def fit_start(self, state: State, logger: Logger) -> None:
         self._mark = _clock()
@@ -368,6 +389,7 @@ class SpeedMonitor(Callback):
 
     @override
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._loaded = True
         self._train_seconds = float(state.get("train_seconds", 0.0))
         # "total_eval_wct": the one entry of Composer's SpeedMonitor.state_dict (its train
         # time lives in the checkpoint's timestamp, which obsbus does not read here).

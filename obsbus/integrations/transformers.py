@@ -60,8 +60,10 @@ class ObsbusCallback(TrainerCallback):
                                          last)
     ``on_pre_optimizer_step``            ``after_backward`` (last microbatch,
                                          after HF's gradient clipping)
-    ``on_step_end``                      ``after_train_batch``, then the
-                                         ``loss/train/total`` log, ``batch_end``
+    ``on_optimizer_step``                ``after_train_batch`` (the gradients
+                                         still exist; HF drops them next)
+    ``on_step_end``                      the ``loss/train/total`` log,
+                                         ``batch_end``
     ``on_evaluate``                      ``eval_end`` (``state.eval_metrics``)
     ``on_save``                          ``batch_checkpoint``
     ``on_epoch_end``                     ``epoch_end`` (also when training stops
@@ -75,9 +77,8 @@ class ObsbusCallback(TrainerCallback):
     ``before_loss``, ``before_backward``, ``epoch_checkpoint``,
     ``iteration_end``, the per-batch eval events (``eval_before_all``,
     ``eval_start``, ``eval_batch_*``, ``eval_after_all``) nor the predict
-    events. ``on_optimizer_step`` has no obsbus event (obsbus has none between
-    the step and ``after_train_batch``); ``batch_checkpoint`` fires only when HF
-    saves, not every batch as under ``Run``.
+    events. ``batch_checkpoint`` fires only when HF saves, not every batch as
+    under ``Run``.
 
     **The loss.** HF's callbacks never see the loss tensor, so call
     ``callback.wrap(trainer)`` (it also adds the callback to the trainer).
@@ -158,6 +159,7 @@ class ObsbusCallback(TrainerCallback):
         self._control: Any = None
         self._in_step = False
         self._in_batch = False
+        self._trained = False
         self._parts: list[Any] = []
         self._samples = self._tokens = 0
         self._tokens_seen = 0
@@ -262,6 +264,7 @@ class ObsbusCallback(TrainerCallback):
         if self._run is None:
             return
         self._parts, self._samples, self._tokens = [], 0, 0
+        self._trained = False
         self._run.state.loss, self._run.state.outputs = None, None
         self._run.state.batch_num_flops = None
         self._flos_mark = _current_flos(self._trainer)
@@ -278,20 +281,30 @@ class ObsbusCallback(TrainerCallback):
         if self._run is not None:
             self._fire(_E.AFTER_BACKWARD)
 
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._control = control
+        if self._run is not None:
+            self._after_train_batch()
+
+    def _after_train_batch(self) -> None:
+        # From on_optimizer_step: the gradients still exist (HF drops them before on_step_end).
+        assert self._run is not None
+        if self._trained:
+            return
+        self._trained = True
+        loss = None
+        for part in self._parts:
+            loss = part if loss is None else loss + part
+        self._run.state.loss = loss
+        self._fire(_E.AFTER_TRAIN_BATCH)
+
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._control = control
         run = self._run
         if run is None:
             return
         obs = run.state
-        parts = self._parts
-        loss = None
-        if parts:
-            loss = parts[0]
-            for part in parts[1:]:
-                loss = loss + part
-        obs.loss = loss
-        self._fire(_E.AFTER_TRAIN_BATCH)
+        self._after_train_batch()  # a host that has no on_optimizer_step
         seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
         tokens = seen - self._tokens_seen if seen > self._tokens_seen else self._tokens
         self._tokens_seen = seen

@@ -396,3 +396,28 @@ def test_batch_log_interval_is_composers_name_for_the_interval():
 def test_composer_arguments_are_checked(args, kwargs, error, match):
     with pytest.raises(error, match=match):
         OptimizerMonitor(*args, **kwargs)
+
+
+class DropsGradsAfterTheStep(Callback):
+    """What HF's Trainer does: ``zero_grad(set_to_none=True)`` after ``after_train_batch``."""
+
+    def after_train_batch(self, state, logger):
+        state.model.zero_grad(set_to_none=True)
+
+
+def test_gradients_are_read_before_a_host_drops_them():
+    model, mem = tiny_model(), InMemoryLogger()
+    expected = []
+
+    class Record(Callback):
+        def after_train_batch(self, state, logger):
+            grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+            expected.append(torch.linalg.vector_norm(grads).item())
+
+    with Trainer(model, regression_data(4), "4ba", loss_fn=F.mse_loss, device="cpu",
+                 callbacks=[Record(), OptimizerMonitor("2ba"), DropsGradsAfterTheStep()],
+                 loggers=[mem], progress_bar=False, log_to_console=False) as trainer:  # fmt: skip
+        trainer.fit()
+    got = mem.get_timeseries("l2_norm/grad/global")
+    assert got["step"] == [2, 4]
+    assert [float(v) for v in got["l2_norm/grad/global"]] == pytest.approx(expected[1::2])

@@ -352,6 +352,17 @@ def test_totals_survive_state_dict(clock):
     assert mem.most_recent_values["time/train"] == pytest.approx(5.0 / HOUR)
 
 
+def test_one_instance_serves_runs_one_after_another_from_scratch(clock):
+    """A second run starts with an empty window and zero time, as a new instance would."""
+    monitor = SpeedMonitor(window_size=2)
+    train(monitor, clock, sizes=[2] * 3, durations=[1.0] * 3)
+    second = train(monitor, clock, sizes=[4] * 3, durations=[2.0] * 3)
+    fresh = train(SpeedMonitor(window_size=2), clock, sizes=[4] * 3, durations=[2.0] * 3)
+    for key in ("throughput/samples_per_sec", "time/train"):
+        assert series(second, key) == series(fresh, key), key
+    assert list(series(second, "throughput/samples_per_sec")) == [3]  # the window filled again
+
+
 def test_composers_state_dict_entry_restores_eval_time(clock):
     """Composer's ``SpeedMonitor.state_dict()`` is ``{'total_eval_wct': seconds}``."""
     resumed = SpeedMonitor(window_size=1)
