@@ -23,6 +23,13 @@ from obsbus._loss import detached, loss_metrics
 from obsbus._run_args import check_callbacks, check_loggers, check_profiler
 from obsbus.callback import Callback
 from obsbus.event import Event
+from obsbus.integrations._hf_host import (
+    current_flos,
+    eval_label,
+    hparams_of,
+    is_number,
+    unwrap_optimizer,
+)
 from obsbus.integrations._hf_wrap import count_microbatch, wrap_trainer
 from obsbus.logger import LoggerDestination
 from obsbus.run import Run
@@ -105,7 +112,10 @@ class ObsbusCallback(TrainerCallback):
     ``eval_loss``, ...) also goes to obsbus's destinations at HF's step, as
     ``{hf_prefix}{key}``. ``on_evaluate``'s metrics are logged as
     ``metrics/eval/{name}`` (``eval_loss`` -> ``metrics/eval/loss``) and kept
-    in ``state.eval_metrics["eval"]``. One callback serves one ``train()``
+    in ``state.eval_metrics["eval"]``; with an ``eval_dataset`` dict, each
+    dataset's under its own label (``eval_val_loss`` -> ``metrics/val/loss``,
+    ``state.eval_metrics["val"]``), as obsbus's ``Trainer`` names its
+    eval dataloaders. One callback serves one ``train()``
     call: its plug-ins close at its end.
 
     Args:
@@ -217,7 +227,7 @@ class ObsbusCallback(TrainerCallback):
     def _step_flops(self) -> float | None:
         # HF resets current_flos only between steps (store_flos at logging), so the change
         # across the step is what it added for the step's microbatches.
-        began, now = self._flos_mark, _current_flos(self._trainer)
+        began, now = self._flos_mark, current_flos(self._trainer)
         if began is None or now is None or now <= began:
             return None  # not wrapped, or a model without floating_point_ops (HF adds 0)
         return now - began
@@ -229,14 +239,14 @@ class ObsbusCallback(TrainerCallback):
             max_steps = getattr(state, "max_steps", 0) or 0
             self._run = Run(
                 model=kwargs.get("model"),
-                optimizers=_unwrap(kwargs.get("optimizer")),
+                optimizers=unwrap_optimizer(kwargs.get("optimizer")),
                 schedulers=kwargs.get("lr_scheduler"),
                 max_duration=f"{max_steps}ba" if max_steps > 0 else None,
                 callbacks=self._callbacks,
                 loggers=self._loggers,
                 run_name=self._run_name or getattr(args, "run_name", None),
                 grad_accum=int(getattr(args, "gradient_accumulation_steps", 1)),
-                hparams=self._hparams if self._hparams is not None else _hparams(args),
+                hparams=self._hparams if self._hparams is not None else hparams_of(args),
                 run_folder=self._run_folder,
                 profiler=self._profiler,
                 handle_sigterm=False,
@@ -267,7 +277,7 @@ class ObsbusCallback(TrainerCallback):
         self._trained = False
         self._run.state.loss, self._run.state.outputs = None, None
         self._run.state.batch_num_flops = None
-        self._flos_mark = _current_flos(self._trainer)
+        self._flos_mark = current_flos(self._trainer)
         self._in_batch = True
         self._fire(_E.BATCH_START, _E.BEFORE_TRAIN_BATCH)
 
@@ -337,16 +347,17 @@ class ObsbusCallback(TrainerCallback):
         if run is None:
             return  # trainer.evaluate() outside train()
         metrics = kwargs.get("metrics") or {}
+        label, prefix = eval_label(metrics)
         found = {
-            key[len("eval_") :] if key.startswith("eval_") else key: value
+            key[len(prefix) :] if key.startswith(prefix) else key: value
             for key, value in metrics.items()
-            if _is_number(value) and key != "epoch"
+            if is_number(value) and key != "epoch"
         }
-        run.state.eval_metrics.setdefault("eval", {}).update(found)
+        run.state.eval_metrics.setdefault(label, {}).update(found)
         if found:
-            run.logger.log_metrics({f"metrics/eval/{k}": v for k, v in found.items()})
+            run.logger.log_metrics({f"metrics/{label}/{k}": v for k, v in found.items()})
         saved = run.state.dataloader_label
-        run.state.dataloader_label = "eval"
+        run.state.dataloader_label = label
         self._fire(_E.EVAL_END)
         run.state.dataloader_label = saved
         self._mark = time.perf_counter()  # evaluation is not the next step's time
@@ -362,7 +373,7 @@ class ObsbusCallback(TrainerCallback):
         logs: Mapping[str, Any] = kwargs.get("logs") or {}
         if self._run is None or not self.log_hf_logs:
             return
-        values = {f"{self.hf_prefix}{k}": v for k, v in logs.items() if _is_number(v)}
+        values = {f"{self.hf_prefix}{k}": v for k, v in logs.items() if is_number(v)}
         if values:
             self._run.logger.log_metrics(values, step=int(state.global_step))
 
@@ -376,28 +387,3 @@ class ObsbusCallback(TrainerCallback):
                 cm.__exit__(None, None, None)
         finally:
             self._run.close()
-
-
-def _unwrap(optimizer: Any) -> Any:
-    """Accelerate's ``AcceleratedOptimizer`` holds the real one, whose class names LRMonitor's
-    keys (``lr-AdamW/group0``, as under obsbus's own loops)."""
-    inner = getattr(optimizer, "optimizer", None)
-    if inner is not None and type(optimizer).__name__ == "AcceleratedOptimizer":
-        return inner
-    return optimizer
-
-
-def _current_flos(trainer: Any) -> float | None:
-    value: Any = getattr(trainer, "current_flos", None)
-    return float(value) if _is_number(value) else None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _hparams(args: Any) -> dict[str, Any] | None:
-    to_dict = getattr(args, "to_dict", None)
-    if not callable(to_dict):
-        return None
-    return {k: v for k, v in to_dict().items() if isinstance(v, (int, float, str, bool))}

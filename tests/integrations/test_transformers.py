@@ -114,6 +114,23 @@ def test_event_counts_loss_and_eval(tmp_path):
     assert cb.run.state.eval_metrics["eval"]["loss"] == pytest.approx(hf_eval[-1])
 
 
+def test_several_eval_datasets_keep_their_own_labels(tmp_path):
+    counter, memory = EventCounter(), InMemoryLogger()
+    cb = ObsbusCallback(callbacks=[counter], loggers=[memory], log_hf_logs=False)
+    trainer = make_trainer(tmp_path, [cb], num_train_epochs=1)
+    trainer.eval_dataset = {"val": Tokens(8, seed=1), "test": Tokens(4, seed=2)}
+    cb.wrap(trainer).train()
+    hf = trainer.state.log_history
+    for name in ("val", "test"):
+        want = [row[f"eval_{name}_loss"] for row in hf if f"eval_{name}_loss" in row]
+        got = memory.get_timeseries(f"metrics/{name}/loss")
+        assert got[f"metrics/{name}/loss"] == pytest.approx(want) and got["step"] == [3]
+        assert cb.run.state.eval_metrics[name]["loss"] == pytest.approx(want[-1])
+    assert "eval" not in cb.run.state.eval_metrics
+    assert not [k for k in memory.data if k.startswith("metrics/eval/")]
+    assert counter.counts[Event.EVAL_END] == 2
+
+
 def test_hf_token_count_is_used_when_tracked(tmp_path):
     memory = InMemoryLogger()
     cb = ObsbusCallback(loggers=[memory], log_hf_logs=False)
