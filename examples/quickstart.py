@@ -3,13 +3,21 @@
 Runs in a few seconds on a CPU, needs no network, and writes a run folder:
 
     runs/default/<user>/<run_name>/
-        logs/train/rank-0/    the application log (loguru): debug/info/warning/error.log
-        logs-rank0.txt        FileLogger's text log: metrics, hyperparameters
+        report.html           the run at a glance: open it in a browser (RunReport;
+                              needs obsbus[report])
         metrics-rank0.jsonl   one JSON object per logged call: step, epoch, batch,
                               wall_time and the metrics (pandas.read_json(path, lines=True))
+        logs-rank0.txt        FileLogger's text log: metrics, hyperparameters
+        tensorboard/          TensorBoard event files (when tensorboard is installed)
+        traces/               the profiler's Chrome/Perfetto trace of batches 21-24
+        config/               the run's own record: plug-ins, hparams, env, git, packages
+        logs/train/rank-0/    the application log (loguru): debug/info/warning/error.log
 
-A progress bar shows on stderr (plain lines when stderr is not a terminal),
-and a metrics line goes to the log every 50 batches.
+The default monitor stack watches it: throughput (SpeedMonitor), memory
+(MemoryMonitor: host memory on a CPU), learning rate (LRMonitor), NaN
+(NaNMonitor) and gradient norm (OptimizerMonitor). A progress bar shows on
+stderr (plain lines when stderr is not a terminal), and a metrics line goes to
+the log every 50 batches. It ends by printing the run folder and the report.
 
 Usage:
     python examples/quickstart.py [--epochs 3] [--workspace runs] [--run-name NAME]
@@ -23,10 +31,32 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from obsbus import RunFolder, Trainer
+from obsbus import LoggerDestination, RunFolder, Trainer
+from obsbus.callbacks import LRMonitor, MemoryMonitor, NaNMonitor, OptimizerMonitor, SpeedMonitor
+from obsbus.errors import MissingExtraError
 from obsbus.log import reset_logging, setup_logging
 from obsbus.loggers import FileLogger, InMemoryLogger, LoguruLogger, ProgressBarLogger
+from obsbus.profiler import JSONTraceHandler, Profiler, cyclic_schedule
 from obsbus.state import default_run_name
+
+
+def optional_destinations() -> tuple[list[LoggerDestination], list[str]]:
+    """TensorBoard and the report when their extras are installed; a hint for each missing."""
+    found: list[LoggerDestination] = []
+    missing = []
+    try:
+        from obsbus.loggers import TensorboardLogger
+
+        found.append(TensorboardLogger(log_env=False))
+    except MissingExtraError:
+        missing.append("tensorboard (pip install 'obsbus[tensorboard]')")
+    try:
+        from obsbus.loggers import RunReport
+
+        found.append(RunReport())
+    except MissingExtraError:
+        missing.append("the report (pip install 'obsbus[report]')")
+    return found, missing
 
 
 def synthetic_classification(batches: int, batch_size: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -61,6 +91,12 @@ def main(argv: list[str] | None = None) -> Path:
     folder = RunFolder.from_parts(workspace=args.workspace, exp_name=run_name)
     log = setup_logging(folder, module="train")
     log.info("quickstart: {} epochs of a 16-64-64-4 MLP on synthetic blobs", args.epochs)
+    extra, missing = optional_destinations()
+    for what in missing:
+        log.warning("quickstart: without {}", what)
+    # One short window: skip 20 batches, warm up 1, record 4; a Chrome/Perfetto trace.
+    profiler = Profiler(cyclic_schedule(skip_first=20, wait=0, warmup=1, active=4, repeat=1),
+                        [JSONTraceHandler()])
 
     with Trainer(
         model,
@@ -71,7 +107,11 @@ def main(argv: list[str] | None = None) -> Path:
         loss_fn=F.cross_entropy,
         eval_dataloader=val,
         eval_interval="1ep",
-        loggers=[ProgressBarLogger(), LoguruLogger(log_interval="50ba"), FileLogger(), memory],
+        callbacks=[SpeedMonitor(window_size=20), MemoryMonitor(), LRMonitor(), NaNMonitor(),
+                   OptimizerMonitor(log_interval="10ba")],
+        loggers=[ProgressBarLogger(), LoguruLogger(log_interval="50ba"), FileLogger(), memory,
+                 *extra],
+        profiler=profiler,
         run_name=run_name,
         run_folder=folder,
         device="cpu",
@@ -83,6 +123,9 @@ def main(argv: list[str] | None = None) -> Path:
     print(f"\nTrained {trainer.state.timestamp.batch} in {trainer.state.timestamp.total_wct:.1f}s; "
           f"final eval loss {final:.4f}.")
     print(f"Run folder: {folder.root}")
+    report = folder.root / "report.html"
+    if report.is_file():
+        print(f"Report: {report}  (open it in a browser)")
     reset_logging()
     return folder.root
 

@@ -31,6 +31,37 @@ def test_quickstart_writes_a_run_folder(tmp_path):
     text = (folder / "logs-rank0.txt").read_text()
     assert "[hyperparameter][batch=0]: max_duration: 1ep" in text
     assert "[hyperparameter][batch=0]: batch_size: 64" in text
+    # Every monitor of the default stack, at its interval.
+    steps = {}
+    for row in rows:
+        for key in row:
+            steps.setdefault(key, []).append(row["step"])
+    assert steps["throughput/samples_per_sec"] == list(range(21, 101))  # a 20-batch window
+    assert steps["memory/host_rss_mem"] == list(range(1, 101))
+    assert steps["lr-AdamW/group0"] == list(range(1, 101))
+    assert steps["l2_norm/grad/global"] == list(range(10, 101, 10))
+    assert not [key for key in steps if key.startswith("nan/")]
+    # One profiler window: batches 21-24 recorded, after a warm-up batch.
+    (trace,) = (folder / "traces").glob("ep0-ba*-rank0.json")
+    names = {e.get("name") for e in json.loads(trace.read_text())["traceEvents"]}
+    assert "event/batch" in names
+    # TensorBoard, read back with its own reader.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [e.step for e in events.Scalars("loss/train/total")] == list(range(1, 101))
+    # The report, named in the output, with the run's plots in it.
+    report = folder / "report.html"
+    assert f"Report: {report}" in out.stdout
+    page = report.read_text()
+    for key in ("loss/train/total", "throughput/samples_per_sec", "memory/host_rss_mem",
+                "lr-AdamW/group0", "l2_norm/grad/global"):  # fmt: skip
+        assert key in page, key
+    assert "<script src=" not in page and '<link rel="stylesheet" href="http' not in page
+    status = json.loads((folder / "run-status-rank0.json").read_text())
+    assert status["status"] == "finished"
+    assert (folder / "config" / "plugins.json").is_file()
 
 
 def test_plain_loop_example_gets_the_same_metrics():
