@@ -89,9 +89,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from obsbus.errors import MissingExtraError
 from obsbus.report._downsample import DEFAULT_BUCKETS, minmax_band, minmax_downsample
+
+if TYPE_CHECKING:
+    from obsbus.report._read import RunData
 
 __all__ = [
     "DEFAULT_BUCKETS",
@@ -100,6 +104,7 @@ __all__ = [
     "main",
     "minmax_band",
     "minmax_downsample",
+    "render",
     "run",
     "write_report",
 ]
@@ -122,17 +127,23 @@ def build_report(run_dir: str | Path, *, buckets: int = DEFAULT_BUCKETS) -> str:
         MissingExtraError: Bokeh is not installed (``pip install 'obsbus[report]'``).
     """
     _bokeh()
+    from obsbus.report._read import read_run
+
+    return render(read_run(run_dir), buckets=buckets)
+
+
+def render(data: RunData, *, buckets: int = DEFAULT_BUCKETS) -> str:
+    """The HTML document for a run folder read by :func:`obsbus.report._read.read_run`."""
+    _bokeh()
     from bokeh.embed import components
     from bokeh.resources import Resources
 
     from obsbus import __version__
     from obsbus.report._html import page
     from obsbus.report._plots import build_plots
-    from obsbus.report._read import read_run
     from obsbus.report._status import summarize
     from obsbus.report._traces import read_traces
 
-    data = read_run(run_dir)
     plots = build_plots(data, buckets)
     script, divs = components([p.figure for p in plots]) if plots else ("", ())
     return page(

@@ -101,47 +101,73 @@ def _number(value: Any) -> bool:
     return kind is float or kind is int
 
 
+#: Lines parsed by one ``json.loads`` (as one array): a call per line costs 3x as much.
+_CHUNK = 20_000
+
+
+def _rows(lines: list[bytes], data: RankData) -> list[Any]:
+    """Parse ``lines`` (whole lines, no blank ones), a chunk at a time; bad lines are counted."""
+    loads, rows = json.loads, []
+    for start in range(0, len(lines), _CHUNK):
+        chunk = lines[start : start + _CHUNK]
+        try:
+            rows.extend(loads(b"[" + b",".join(chunk) + b"]"))
+        except ValueError:  # a bad line in the chunk: line by line
+            for line in chunk:
+                try:
+                    rows.append(loads(line))
+                except ValueError:
+                    data.bad_lines += 1
+    return rows
+
+
 def read_jsonl(path: Path, rank: int) -> RankData:
     """Read FileLogger's JSON Lines; a torn last line (a crashed run) is dropped."""
     data = RankData(rank, path)
     with open(path, "rb") as f:
         raw = f.read()
     lines = raw.split(b"\n")
-    last = len(lines) - 1
-    loads, series = json.loads, data.series
-    step: Any = None
-    for index, line in enumerate(lines):
-        if not line.strip():
-            continue
+    tail = lines.pop()  # after the last newline: b"" unless the last write was cut
+    if tail.strip():
         try:
-            row = loads(line)
+            json.loads(tail)
+            lines.append(tail)  # whole, only its newline missing
         except ValueError:
-            if index == last:  # no newline after it: the write was cut
-                data.torn = True
-            else:
-                data.bad_lines += 1
-            continue
-        if type(row) is not dict:
-            data.bad_lines += 1
-            continue
-        data.rows += 1
+            data.torn = True
+    series = data.series
+    # Per distinct set of keys (FileLogger repeats a few per run): its metric keys' lists.
+    columns: dict[tuple[str, ...], list[tuple[str, list[Any], list[Any]]]] = {}
+    numbers = (float, int)
+    parsed = _rows([line for line in lines if line], data)
+    rows = [row for row in parsed if type(row) is dict]
+    data.bad_lines += len(parsed) - len(rows)
+    last_step: Any = None
+    for row in rows:
         step = row.get("step")
-        if not _number(step):
+        if type(step) not in numbers:
             continue
-        for key, value in row.items():
-            if _number(value) and key not in _ROW_FIELDS:
-                found = series.get(key)
-                if found is None:
-                    found = series[key] = ([], [])
-                found[0].append(step)
-                found[1].append(value)
-        wall = row.get("wall_time")
-        if _number(wall):
-            data.first_wall = wall if data.first_wall is None else data.first_wall
-            data.last_wall = wall
-        data.last_step = step if data.last_step is None else max(data.last_step, step)
-        epoch = row.get("epoch")
-        data.last_epoch = epoch if _number(epoch) else data.last_epoch
+        signature = tuple(row)
+        entries = columns.get(signature)
+        if entries is None:
+            entries = columns[signature] = []
+            for key in signature:
+                if key not in _ROW_FIELDS:
+                    found = series.get(key) or series.setdefault(key, ([], []))
+                    entries.append((key, found[0], found[1]))
+        for key, steps, values in entries:
+            value = row[key]
+            if type(value) in numbers:
+                steps.append(step)
+                values.append(value)
+        if last_step is None or step > last_step:
+            last_step = step
+    data.rows = len(rows)
+    data.last_step = last_step
+    walls = [r["wall_time"] for r in (rows[:1] + rows[-1:]) if _number(r.get("wall_time"))]
+    if walls:
+        data.first_wall, data.last_wall = walls[0], walls[-1]
+    if rows and _number(rows[-1].get("epoch")):
+        data.last_epoch = rows[-1]["epoch"]
     return data
 
 

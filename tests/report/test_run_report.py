@@ -1,0 +1,153 @@
+"""RunReport under obsbus's Trainer and Run: the page at fit_end, on exception and at close."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import warnings
+
+import pytest
+import torch.nn.functional as F
+
+from obsbus import LoggerDestination, Run, Trainer
+from obsbus.errors import MissingExtraError, ObsbusWarning
+from obsbus.loggers import FileLogger, RunReport
+
+from ..helpers import regression_data, tiny_model
+
+
+class Uploads(LoggerDestination):
+    """Records each file handed to upload_file, with its content at that moment."""
+
+    def __init__(self) -> None:
+        self.files: list[tuple[str, str, bool]] = []
+
+    def upload_file(self, state, remote_file_name, file_path, *, overwrite=False):
+        self.files.append((remote_file_name, file_path.read_text(), overwrite))
+
+    def pages(self) -> list[str]:
+        return [text for name, text, _ in self.files if name.endswith("/report.html")]
+
+
+def _status(folder, rank=0):
+    return json.loads((folder / f"run-status-rank{rank}.json").read_text())
+
+
+def _last_step(html: str) -> str:
+    table = html.split('<table class="ranks">', 1)[1].split("</table>", 1)[0]
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", table.split("</tr>")[1])
+    return cells[3]
+
+
+def test_trainer_fit_end_writes_the_page_with_every_metric_and_uploads_it(tmp_path):
+    uploads = Uploads()
+    trainer = Trainer(
+        tiny_model(),
+        regression_data(3),
+        "1ep",
+        loss_fn=F.mse_loss,
+        device="cpu",
+        run_folder=tmp_path,
+        run_name="fit-end",
+        strict=True,
+        # RunReport before the FileLogger: it still sees the FileLogger's last rows
+        loggers=[RunReport(), FileLogger(write_period=60.0), uploads],
+    )
+    trainer.fit()
+    assert _status(tmp_path)["status"] == "finished"
+    page = (tmp_path / "report.html").read_text()
+    assert _last_step(page) == "3" and "fit-end" in page
+    assert [
+        (name, overwrite) for name, _, overwrite in uploads.files if name.endswith("report.html")
+    ] == [("fit-end/report.html", True)]
+    assert uploads.pages()[0] == page  # handed over whole
+    trainer.close()
+    assert _status(tmp_path)["status"] == "finished"
+
+
+def test_run_exception_writes_the_page_with_the_exception(tmp_path):
+    uploads = Uploads()
+    model = tiny_model()
+    with (
+        pytest.raises(RuntimeError, match="diverged"),
+        Run(
+            model=model,
+            max_duration="5ba",
+            run_folder=tmp_path,
+            run_name="boom",
+            loggers=[FileLogger(), RunReport(), uploads],
+            strict=True,
+        ) as run,
+    ):
+        for x, y in run.train(regression_data(5)):
+            run.backward(run.loss(F.mse_loss, run.forward(model, x), y))
+            if run.state.timestamp.batch.value == 3:
+                raise RuntimeError("loss diverged at batch 3")
+    status = _status(tmp_path)
+    assert status["status"] == "failed" and "loss diverged at batch 3" in status["exception"]
+    assert status["timestamp"]["batch"] == 3
+    page = (tmp_path / "report.html").read_text()
+    assert "loss diverged at batch 3" in page and _last_step(page) == "3"
+    assert any("loss diverged" in text for text in uploads.pages())
+
+
+def test_close_without_fit_writes_the_page(tmp_path):
+    uploads = Uploads()
+    run = Run(max_duration="2ba", run_folder=tmp_path, loggers=[RunReport(), uploads])
+    assert _status(tmp_path)["status"] == "running"  # written at init
+    assert not (tmp_path / "report.html").exists()
+    run.close()
+    assert _status(tmp_path)["status"] == "closed"
+    assert "closed without fit_end" in (tmp_path / "report.html").read_text()
+    assert len(uploads.pages()) == 1
+
+
+def test_a_failing_render_never_stops_training(tmp_path, monkeypatch):
+    import obsbus.report
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(obsbus.report, "write_report", broken)
+    model = tiny_model()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with Run(
+            model=model,
+            max_duration="3ba",
+            run_folder=tmp_path,
+            loggers=[RunReport(), FileLogger()],
+            strict=True,
+        ) as run:
+            for x, y in run.train(regression_data(3)):
+                run.backward(run.loss(F.mse_loss, run.forward(model, x), y))
+    messages = [str(w.message) for w in caught if issubclass(w.category, ObsbusWarning)]
+    assert any("RunReport could not write the report: OSError: disk full" in m for m in messages)
+    assert run.state.timestamp.batch.value == 3
+    assert _status(tmp_path)["status"] == "finished"
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_without_the_extra_construction_names_the_install(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "bokeh" else real(name, *a)
+    )
+    with pytest.raises(MissingExtraError, match=r"RunReport .*pip install 'obsbus\[report\]'"):
+        RunReport()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"filename": ""}, TypeError, "RunReport filename must be a non-empty str"),
+        ({"filename": "{rnak}.html"}, ValueError, "unknown placeholder"),
+        ({"remote_file_name": ""}, TypeError, "remote_file_name must be a non-empty str or None"),
+        ({"buckets": 0}, ValueError, "buckets must be an int >= 1"),
+    ],
+    ids=["empty-name", "bad-placeholder", "empty-remote", "no-buckets"],
+)
+def test_bad_arguments_are_refused_at_construction(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        RunReport(**kwargs)
