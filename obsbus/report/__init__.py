@@ -44,16 +44,22 @@ The run's status is the worst of its ranks' (failed, killed, unknown,
 finished).
 
 **Size.** Each line is downsampled to at most 4,000 points (2,000 min/max
-buckets, :func:`~obsbus.report._downsample.minmax_downsample`: every bucket
-keeps its lowest and highest point, so no spike is lost), so the page stays
-responsive and its size is bounded whatever the run's length: about 1.2 MB of
-Bokeh plus about 64 KB per line drawn. A 1e6-step run with 4 keys is under
-2 MB (tests/report/test_large.py checks a 3 MB bound).
+buckets, :func:`minmax_downsample`: every bucket keeps its lowest and
+highest point, so no spike is lost), so the page stays responsive and its
+size is bounded whatever the run's length: BokehJS (about 1.2 MB, inlined)
+plus at most 4,000 points per line. A 1e6-row JSON Lines file (500,000
+steps of loss and learning rate) gives a 1.3 MB page;
+``tests/report/test_large.py`` checks it stays under 2 MB. Reading is the
+slow part: about 4 s for those 1e6 rows (76 MB), 8 s for 1e6 rows of 4 keys
+(188 MB); the plots then take about 2 s.
 
 **Choice of library: Bokeh** (``pip install 'obsbus[report]'``), over
-Plotly, from measurements (``/tmp/helpers/report_measure.py``: a 100k-step
-run, 6 plots, 10 lines; Chromium 156 headless, from ``goto`` to every plot
-drawn, best of 3; Bokeh 3.9.2, Plotly 7.1.0):
+Plotly, from measurements: a 100k-step run, 6 plots sharing the step axis,
+10 lines of random walks; the HTML each library writes with its JavaScript
+inlined (Bokeh's ``file_html`` with ``INLINE``, Plotly's ``to_html`` with
+``include_plotlyjs=True``); render time in headless Chromium 156 (Playwright)
+from ``goto`` until every plot has drawn, best of 3; Bokeh 3.9.2, Plotly
+7.1.0:
 
 =====================  ==========  ===========
                        HTML size   render time
