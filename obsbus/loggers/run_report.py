@@ -12,6 +12,7 @@ from typing import Any
 
 from typing_extensions import override
 
+from obsbus._failures import plugin_name
 from obsbus.errors import MissingExtraError, ObsbusWarning
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.masking import mask_secrets
@@ -43,9 +44,13 @@ class RunReport(LoggerDestination):
     ``running`` at ``init``, then ``finished``, ``failed`` (with the
     exception, masked; ``killed`` for SIGTERM's ``TrainingTerminated`` and
     ``KeyboardInterrupt``) or ``closed``, with the times, the timestamp
-    (batch, sample, token) and the failures the logger counted. A status
-    still ``running`` in a folder means the process died without an end
-    (the page then says ``killed``).
+    (batch, sample, token) and the failures: each destination the logger
+    counted as failing, and each upload a store gave up on
+    (``failed_uploads``). A status still ``running`` in a folder means the
+    process died without an end (the page then says ``killed``). After every
+    destination has closed (``post_close``) the status is written once more,
+    and the page too if uploads failed meanwhile (not uploaded again: the
+    stores are closed by then).
 
     The page is written on the training thread (at the end only; a long run
     takes a few seconds). A failure to write it is an
@@ -138,6 +143,19 @@ class RunReport(LoggerDestination):
             self._status["status"] = "closed"
         self._end(state, logger, str(self._status.get("status", "closed")), None, at_close=True)
 
+    @override
+    def post_close(self) -> None:
+        # Every destination has closed: the uploads still queued at close have ended, so
+        # their failures are known now. The page is written again if they add any (it can't
+        # be uploaded any more: the stores are closed).
+        state, logger = self._state, self._logger
+        if state is None or logger is None:
+            return
+        before = self._status.get("failures")
+        self._contained("write its status file", self._write_status, state, logger)
+        if state.rank == 0 and self._status.get("failures") != before:
+            self._contained("write the report", self._render, state, logger, True, False)
+
     # ------------------------------------------------------------ helpers
     def _contained(self, what: str, fn: Any, *args: Any) -> None:
         try:
@@ -179,7 +197,7 @@ class RunReport(LoggerDestination):
                 "sample": ts._sample,
                 "token": ts._token,
             },
-            failures=[mask_secrets(line) for line in logger.failures.summary()],
+            failures=failures_of(logger),
         )
         path = self._folder(state) / f"run-status-rank{state.rank}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,20 +205,39 @@ class RunReport(LoggerDestination):
         tmp.write_text(json.dumps(self._status, indent=2, default=str) + "\n", encoding="utf-8")
         os.replace(tmp, path)
 
-    def _render(self, state: State, logger: Logger, at_close: bool) -> None:
+    def _signature(self, root: Path, own: str) -> tuple[Any, ...]:
+        """What this page shows, to tell whether the last one is still up to date."""
+        failures = tuple(self._status.get("failures") or ())
+        return self._status.get("status"), failures, _inputs(root, own)
+
+    def _render(self, state: State, logger: Logger, at_close: bool, upload: bool = True) -> None:
         from obsbus.report import write_report
 
         flush_file_loggers(logger)
         root = self._folder(state)
         own = f"run-status-rank{state.rank}.json"
-        inputs = (self._status.get("status"), _inputs(root, own))
+        inputs = self._signature(root, own)
         if at_close and self._rendered == inputs:
             return  # nothing new since the page written at fit_end or exception
         path = state.run_folder.resolve(logger.format_name(self.filename))
         self.path = write_report(root, path, buckets=self.buckets)
-        self._rendered = (self._status.get("status"), _inputs(root, own))
-        if self.remote_file_name is not None:
+        self._rendered = self._signature(root, own)
+        if upload and self.remote_file_name is not None:
             logger.upload_file(self.remote_file_name, self.path, overwrite=True)
+
+
+def failures_of(logger: Logger) -> list[str]:
+    """What failed so far: the destinations the logger counted (one line each) and every
+    upload a store gave up on (``failed_uploads``), masked."""
+    lines = list(logger.failures.summary())
+    for dest in logger.destinations:
+        try:
+            failed = getattr(dest, "failed_uploads", None)
+        except Exception:  # a property of someone else's destination
+            continue
+        if isinstance(failed, list):
+            lines.extend(f"{plugin_name(dest)}: upload failed: {item}" for item in failed)
+    return [mask_secrets(str(line)) for line in lines]
 
 
 def flush_file_loggers(logger: Logger) -> None:

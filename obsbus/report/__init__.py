@@ -46,7 +46,7 @@ finished).
 **Size.** Each line is downsampled to at most 4,000 points (2,000 min/max
 buckets, :func:`minmax_downsample`: every bucket keeps its lowest and
 highest point, so no spike is lost), so the page stays responsive and its
-size is bounded whatever the run's length: BokehJS (about 1.2 MB, inlined)
+size is bounded whatever the run's length: BokehJS (about 1.3 MB, inlined)
 plus at most 4,000 points per line. A 1e6-row JSON Lines file (500,000
 steps of loss and learning rate) gives a 1.3 MB page;
 ``tests/report/test_large.py`` checks it stays under 2 MB. Reading is the
@@ -72,7 +72,7 @@ Plotly, min/max 2,000  5.5 MB      3.6 s
 
 Plotly's ``Scattergl`` (WebGL) did not draw in 30 s in headless Chromium
 without a GPU; ``Scatter`` (SVG) was measured. Bokeh's inline JavaScript is
-about 1.2 MB against plotly.js's 4.6 MB, and it draws on a canvas. It needs
+about 1.3 MB against plotly.js's 4.8 MB, and it draws on a canvas. It needs
 pandas, Pillow, tornado, Jinja2 and more, so it is an extra, not a core
 dependency; ``import obsbus`` never imports it.
 

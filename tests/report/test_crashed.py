@@ -128,3 +128,19 @@ def test_not_a_folder_is_a_clear_error(tmp_path, capsys):
 
     assert main(["report", str(tmp_path / "missing")]) == 1
     assert "is not a run folder" in capsys.readouterr().err
+
+
+def test_a_nan_loss_is_listed_as_a_failure(tmp_path):
+    from obsbus.callbacks import NaNMonitor
+
+    folder = tmp_path / "nan"
+    with Run(
+        max_duration="4ba",
+        run_folder=folder,
+        loggers=[FileLogger()],
+        callbacks=[NaNMonitor(on_nan="log")],
+    ) as run:
+        for batch in run.train([[1], [2], [3], [4]]):
+            run.state.loss = float("nan") if batch[0] >= 3 else 1.0
+    failures = summarize(read_run(folder)).failures
+    assert "rank 0: loss/train/total is not finite (NaN or inf) from step 3" in failures

@@ -151,3 +151,37 @@ def test_without_the_extra_construction_names_the_install(monkeypatch):
 def test_bad_arguments_are_refused_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
         RunReport(**kwargs)
+
+
+class Broken(LoggerDestination):
+    """A store whose uploads fail: at once (counted by the logger) and in the background."""
+
+    def __init__(self) -> None:
+        self.gave_up: list[str] = []
+
+    def upload_file(self, state, remote_file_name, file_path, *, overwrite=False):
+        raise OSError(f"bucket refused {remote_file_name}")
+
+    def close(self, state, logger):
+        self.gave_up.append("ckpt.pt: gave up after 3 attempts")  # known only after close
+
+    @property
+    def failed_uploads(self):
+        return list(self.gave_up)
+
+
+def test_failed_destinations_and_uploads_reach_the_status_and_the_page(tmp_path):
+    model = tiny_model()
+    with Run(
+        model=model,
+        max_duration="2ba",
+        run_folder=tmp_path,
+        loggers=[FileLogger(), RunReport(), Broken()],
+    ) as run:
+        for x, y in run.train(regression_data(2)):
+            run.backward(run.loss(F.mse_loss, run.forward(model, x), y))
+    failures = _status(tmp_path)["failures"]
+    assert any(line.startswith("Broken failed") and "bucket refused" in line for line in failures)
+    assert "Broken: upload failed: ckpt.pt: gave up after 3 attempts" in failures  # post_close
+    page = (tmp_path / "report.html").read_text()
+    assert "bucket refused" in page and "gave up after 3 attempts" in page
