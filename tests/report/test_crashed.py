@@ -144,3 +144,19 @@ def test_a_nan_loss_is_listed_as_a_failure(tmp_path):
             run.state.loss = float("nan") if batch[0] >= 3 else 1.0
     failures = summarize(read_run(folder)).failures
     assert "rank 0: loss/train/total is not finite (NaN or inf) from step 3" in failures
+
+
+def test_python_m_obsbus_report(crashed, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "page.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "obsbus.report", str(crashed), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"report -> {out}" and "failed on purpose" in out.read_text()
