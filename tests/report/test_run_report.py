@@ -185,3 +185,16 @@ def test_failed_destinations_and_uploads_reach_the_status_and_the_page(tmp_path)
     assert "Broken: upload failed: ckpt.pt: gave up after 3 attempts" in failures  # post_close
     page = (tmp_path / "report.html").read_text()
     assert "bucket refused" in page and "gave up after 3 attempts" in page
+
+
+def test_import_obsbus_and_building_runreport_import_no_plotting_library():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, obsbus, obsbus.loggers, obsbus.cli; obsbus.loggers.RunReport(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('bokeh', 'plotly', 'obsbus.report')"
+        " or m.startswith('obsbus.report')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
