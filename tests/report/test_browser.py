@@ -62,7 +62,8 @@ def test_header_shows_both_ranks_and_the_failure(page):
     assert set(by_rank) == {"0", "1"}
     assert by_rank["1"][1] == "failed" and "failed on purpose at batch 6" in by_rank["1"][2]
     assert by_rank["1"][3] == "6"  # its metrics end at the batch that raised
-    # rank 0's next collective lost its peer: failed too, with gloo's error
-    assert by_rank["0"][1] == "failed" and "RuntimeError" in by_rank["0"][2]
+    # rank 0's next collective lost its peer: failed too, with gloo's error (the peer's closed
+    # connection, or the collective's timeout)
+    assert by_rank["0"][1] == "failed" and "Error" in by_rank["0"][2]
     assert "rank 1 failed: RuntimeError" in seen.text
     assert SECRET not in out.read_text()
