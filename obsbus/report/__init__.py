@@ -161,7 +161,7 @@ def render(data: RunData, *, buckets: int = DEFAULT_BUCKETS) -> str:
         # Only BokehJS itself: the figures need no widgets, tables, WebGL or MathJax (1.3 MB
         # against 3.9 MB for all of INLINE).
         Resources(mode="inline", components=["bokeh"]).render(),
-        read_traces(data.root),
+        read_traces(data.root, data.config),
         __version__,
     )
 

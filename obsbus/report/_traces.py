@@ -87,9 +87,25 @@ def _add(summary: TraceSummary, events: list[Any]) -> None:
             stats.total_us += float(ts) - float(start)
 
 
-def _candidates(root: Path) -> list[Path]:
+def trace_folders(root: Path, config: dict[str, Any]) -> set[Path]:
+    """``traces/``, the folders the profiler's plug-ins were given (``config/plugins.json``:
+    a ``folder`` or ``torch_prof_folder`` argument) and folders holding torch.profiler traces."""
+    folders = {root / "traces", *(p.parent for p in root.glob("*/*.pt.trace.json*"))}
+    plugins = config.get("plugins.json", {})
+    for row in plugins.get("plugins", []) if isinstance(plugins, dict) else []:
+        args = row.get("args") if isinstance(row, dict) else None
+        for name in ("folder", "torch_prof_folder"):
+            value = args.get(name) if isinstance(args, dict) else None
+            if isinstance(value, str) and value and "{" not in value:
+                folder = (root / value).resolve()
+                if folder.is_relative_to(root.resolve()):  # under the run folder only
+                    folders.add(folder)
+    return folders
+
+
+def _candidates(folders: set[Path]) -> list[Path]:
     found: set[Path] = set()
-    for folder in {root / "traces", *(p.parent for p in root.glob("*/*.pt.trace.json*"))}:
+    for folder in folders:
         if folder.is_dir():
             found.update(p for p in folder.glob("**/*.json") if p.is_file())
             found.update(p for p in folder.glob("**/*.json.gz") if p.is_file())
@@ -98,10 +114,10 @@ def _candidates(root: Path) -> list[Path]:
     return sorted(single or found)
 
 
-def read_traces(root: Path) -> TraceSummary:
+def read_traces(root: Path, config: dict[str, Any] | None = None) -> TraceSummary:
     """Sum span durations (``B``/``E`` pairs and ``X`` events) over the run's traces."""
     summary = TraceSummary()
-    for path in _candidates(root):
+    for path in _candidates(trace_folders(root, config or {})):
         try:
             if path.stat().st_size > _MAX_TRACE_BYTES:
                 summary.skipped.append(f"{path.name}: larger than {_MAX_TRACE_BYTES >> 20} MiB")

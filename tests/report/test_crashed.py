@@ -160,3 +160,42 @@ def test_python_m_obsbus_report(crashed, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"report -> {out}" and "failed on purpose" in out.read_text()
+
+
+def test_traces_in_the_folders_the_profiler_was_given_are_summed(tmp_path):
+    from obsbus.report._traces import read_traces
+
+    root = tmp_path / "run"
+    (root / "config").mkdir(parents=True)
+    (root / "config" / "plugins.json").write_text(
+        json.dumps(
+            {
+                "plugins": [
+                    {
+                        "kind": "callback",
+                        "class": "obsbus.profiler.JSONTraceHandler",
+                        "args": {"folder": "prof"},
+                    },
+                    {"kind": "callback", "class": "x.Y", "args": {"folder": "../outside"}},
+                ]
+            }
+        )
+    )
+    (root / "prof").mkdir()
+    events = [
+        {"ph": "B", "name": "event/batch", "ts": 0, "pid": 0, "tid": 0},
+        {"ph": "B", "name": "callback/SpeedMonitor/batch_end", "ts": 100, "pid": 0, "tid": 0},
+        {"ph": "E", "ts": 400, "pid": 0, "tid": 0},  # no name: closes the innermost span
+        {"ph": "E", "name": "event/batch", "ts": 1500, "pid": 0, "tid": 0},
+        {"ph": "X", "name": "event/batch", "ts": 2000, "dur": 500, "pid": 1, "tid": 0},
+    ]
+    (root / "prof" / "w.json").write_text(json.dumps({"traceEvents": events}))
+    (tmp_path / "outside").mkdir()  # beside the run folder: never read
+    (tmp_path / "outside" / "x.json").write_text(json.dumps({"traceEvents": events}))
+    # a torn trace: a bare array without its closing bracket
+    (root / "prof" / "torn.json").write_text(json.dumps(events[:1] + events[3:4])[:-1])
+    traces = read_traces(root, read_run(root).config)
+    assert sorted(p.name for p in traces.files) == ["torn.json", "w.json"]
+    batch = traces.spans["event/batch"]
+    assert (batch.count, batch.total_us) == (3, 1500 + 500 + 1500)
+    assert traces.spans["callback/SpeedMonitor/batch_end"].total_us == 300
