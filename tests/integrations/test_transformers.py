@@ -18,7 +18,7 @@ from transformers import (  # noqa: E402
     TrainingArguments,
 )
 
-from obsbus import Event, LoggerDestination  # noqa: E402
+from obsbus import Callback, Event, LoggerDestination  # noqa: E402
 from obsbus.callbacks import NaNMonitor  # noqa: E402
 from obsbus.integrations.transformers import ObsbusCallback  # noqa: E402
 from obsbus.loggers import FileLogger, InMemoryLogger  # noqa: E402
@@ -129,6 +129,27 @@ def test_several_eval_datasets_keep_their_own_labels(tmp_path):
     assert "eval" not in cb.run.state.eval_metrics
     assert not [k for k in memory.data if k.startswith("metrics/eval/")]
     assert counter.counts[Event.EVAL_END] == 2
+
+
+class LossSeen(Callback):
+    """Whether state.loss still carries the step's autograd graph, event by event."""
+
+    def __init__(self):
+        self.attached = {}
+
+    def run_event(self, event, state, logger):
+        if event in (Event.AFTER_LOSS, Event.AFTER_BACKWARD, Event.BATCH_END):
+            self.attached.setdefault(event, set()).add(bool(state.loss.requires_grad))
+
+
+def test_the_step_graph_is_not_kept_in_state_after_the_loss(tmp_path):
+    # The attached loss in state.loss would keep the whole autograd graph alive until
+    # batch_end (~80 us a step to free there, bench_bridges.py): only after_loss sees it.
+    seen = LossSeen()
+    cb = ObsbusCallback(callbacks=[seen], loggers=[InMemoryLogger()], log_hf_logs=False)
+    cb.wrap(make_trainer(tmp_path, [cb], eval_n=0, num_train_epochs=1)).train()
+    assert seen.attached == {Event.AFTER_LOSS: {True}, Event.AFTER_BACKWARD: {False},
+                             Event.BATCH_END: {False}}
 
 
 def test_hf_token_count_is_used_when_tracked(tmp_path):
