@@ -29,6 +29,7 @@ from obsbus.loggers._remote_folder import (
 from obsbus.loggers._tracker_media import hold_table, table_rows
 from obsbus.loggers.console_logger import format_value
 from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
+from obsbus.masking import mask_secrets
 from obsbus.naming import check_placeholders
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
@@ -420,7 +421,9 @@ class FileLogger(LoggerDestination):
 
     @override
     def exception(self, state: State, logger: Logger) -> None:
-        self._writer.submit(self._write_text, [f"[exception]: {state.exception!r}"])
+        # An error message may quote a URI with its credentials, or a token.
+        line = mask_secrets(f"[exception]: {state.exception!r}")
+        self._writer.submit(self._write_text, [line])
         self._flush(fsync=True)
         self._wait_for_writer(logger)
         self._remote.exception(state, logger)

@@ -78,6 +78,23 @@ def test_a_crash_mid_run_leaves_every_metric_logged_before_it(tmp_path):
     trainer.close()
 
 
+def test_the_exception_line_is_masked(tmp_path):
+    # An error message that quotes a URI with credentials or a token must not reach the log.
+    secrets = ("hunter2pw", "ghp_" + "a1B2c3D4" * 5)
+
+    class Crash(Callback):
+        def batch_end(self, state, logger):
+            raise ConnectionError(f"postgresql://admin:{secrets[0]}@db/runs {secrets[1]}")
+
+    trainer = fit(tmp_path, [FileLogger()], callbacks=[Crash()])
+    with pytest.raises(ConnectionError):
+        trainer.fit()
+    trainer.close()
+    text = (tmp_path / "run" / "logs-rank0.txt").read_text()
+    assert "[exception]: ConnectionError('postgresql://***@db/runs ***')" in text
+    assert not [s for s in secrets if s in text]
+
+
 def test_existing_files_are_not_clobbered(tmp_path):
     with fit(tmp_path, [FileLogger()], duration="2ba") as trainer:
         trainer.fit()
