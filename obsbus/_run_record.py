@@ -3,6 +3,11 @@
 Files, in ``state.run_folder.config_dir``, each written whole (a temporary
 file renamed into place), so a crashed run's folder holds complete files:
 
+``run.json``
+    ``{"run_name", "world_size", "started", "command", "cwd", "obsbus"}``: the run's
+    name, how many ranks, when ``init`` came (UTC, ISO 8601), the command line
+    (``sys.argv``, masked with :func:`obsbus.masking.mask_argv`), the working
+    directory and obsbus's version.
 ``plugins.json``
     ``{"plugins": [{"kind": "destination"|"callback"|"profiler", "class":
     "module.QualName", "args": {name: value} or null}]}``: every plug-in with
@@ -35,6 +40,7 @@ one :class:`~obsbus.errors.ObsbusWarning` per file and training goes on.
 
 from __future__ import annotations
 
+import datetime
 import enum
 import functools
 import importlib.metadata as metadata
@@ -43,6 +49,7 @@ import math
 import os
 import shutil
 import subprocess
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -50,9 +57,9 @@ from typing import Any
 
 from obsbus._init_args import init_args
 from obsbus.errors import ObsbusWarning
-from obsbus.masking import mask_secrets, mask_value
+from obsbus.masking import mask_argv, mask_secrets, mask_value
 
-__all__ = ["GIT_TIMEOUT_S", "json_safe", "write_run_record"]
+__all__ = ["GIT_TIMEOUT_S", "json_safe", "run_record", "write_run_record"]
 
 GIT_TIMEOUT_S = 3.0
 _MAX_ITEMS = 200
@@ -119,6 +126,20 @@ def plugins_record(plugins: Iterable[object], profiler: object = None) -> dict[s
             }
         )
     return {"plugins": mask_value(out)}
+
+
+def run_record(state: Any) -> dict[str, Any]:
+    """``run.json``: the run's name, its ranks, when it started, its command line."""
+    from obsbus import __version__
+
+    return {
+        "run_name": mask_secrets(str(getattr(state, "run_name", ""))),
+        "world_size": int(getattr(state, "world_size", 1)),
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": mask_argv([sys.executable, *sys.argv]),
+        "cwd": mask_secrets(os.getcwd()),
+        "obsbus": __version__,
+    }
 
 
 def _git(where: str, exe: str, args: list[str]) -> tuple[str | None, str]:
@@ -252,6 +273,8 @@ def write_run_record(
             stacklevel=2,
         )
         return None
+    run = run_record(state)
+    _write(folder / "run.json", lambda: run)
     _write(folder / "plugins.json", lambda: plugins_record(listed, profiler))
     _write(folder / "hparams.json", lambda: mask_value(json_safe(hparams)))
     _write(folder / "env.json", _env)

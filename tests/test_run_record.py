@@ -18,7 +18,7 @@ from obsbus.callbacks import SpeedMonitor
 from obsbus.errors import ObsbusWarning
 from obsbus.loggers import FileLogger
 
-FILES = {"plugins.json", "hparams.json", "env.json", "git.json", "packages.txt", "system.json"}
+FILES = {"run.json", "plugins.json", "hparams.json", "env.json", "git.json", "packages.txt", "system.json"}
 ENV_SECRETS = {
     "MY_API_TOKEN": "tok-5566778899",
     "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
@@ -26,7 +26,7 @@ ENV_SECRETS = {
 }
 HPARAMS = {"lr": 0.1, "wandb_api_key": "wbk-1234567890", "db": "mysql://u:myp4ss@h/db"}
 LEAKS = ("tok-5566778899", "wJalrXUtnFEMI", "pgpw4433", "wbk-1234567890", "myp4ss",
-         "cbsecret-2468", "sk-AbCdEf0123456789xyzXYZ")  # fmt: skip
+         "cbsecret-2468", "sk-AbCdEf0123456789xyzXYZ", "argv-hf-9911")  # fmt: skip
 
 
 class Notifier(Callback):
@@ -46,6 +46,7 @@ class LoudNotifier(Notifier):
 def planted(monkeypatch):
     for name, value in ENV_SECRETS.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "argv", ["train.py", "--hf-token", "argv-hf-9911", "--lr", "0.1"])
 
 
 def _data():
@@ -78,6 +79,10 @@ def test_trainer_run_record(planted):
     trainer.fit()
     folder = Path("r")
     assert {p.name for p in (folder / "config").iterdir()} == FILES
+    run = _read(folder, "run.json")
+    assert run["run_name"] == trainer.state.run_name and run["world_size"] == 1
+    assert run["command"] == [sys.executable, "train.py", "--hf-token", "***", "--lr", "0.1"]
+    assert run["cwd"] == str(Path.cwd()) and run["started"].endswith("+00:00")
     plugins = _read(folder, "plugins.json")["plugins"]
     by_class = {p["class"]: p for p in plugins}
     assert by_class["obsbus.loggers.file_logger.FileLogger"]["kind"] == "destination"

@@ -151,12 +151,16 @@ def _flat(value: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
         yield prefix.rstrip("."), value
 
 
+_KEY_VALUE_FILES = ("run.json", "hparams.json", "git.json", "env.json")
+
+
 def _record(data: RunData) -> str:
     config = data.config
     if not config:
         return '<h2>Run record</h2><p class="note">No config/ folder in the run folder.</p>'
     out = ["<h2>Run record (config/)</h2>"]
     titles = {
+        "run.json": "Run",
         "hparams.json": "Hyperparameters",
         "plugins.json": "Plug-ins (resolved arguments)",
         "git.json": "Git",
@@ -179,7 +183,7 @@ def _record(data: RunData) -> str:
                 if isinstance(p, dict)
             ]
             body = _table(["kind", "class", "arguments"], rows)
-        elif name in ("hparams.json", "git.json", "env.json") and isinstance(value, dict):
+        elif name in _KEY_VALUE_FILES and isinstance(value, dict):
             body = _table(["name", "value"], ([_text(k), _text(v)] for k, v in _flat(value)))
         elif isinstance(value, str):
             body = f"<pre>{_text(value)}</pre>"

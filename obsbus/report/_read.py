@@ -64,6 +64,9 @@ class RunData:
         for data in self.ranks.values():
             if data.status and isinstance(data.status.get("run_name"), str):
                 return str(data.status["run_name"])
+        run = self.config.get("run.json")
+        if isinstance(run, dict) and isinstance(run.get("run_name"), str) and run["run_name"]:
+            return str(run["run_name"])
         return self.root.name
 
 

@@ -57,7 +57,8 @@ def test_screenshot_is_not_blank(page):
 
 def test_header_shows_both_ranks_and_the_failure(page):
     out, seen = page
-    assert seen.text.startswith("run\n")  # no status file: the folder names the run
+    # No status file: the run's name comes from config/run.json (the folder is named "run").
+    assert seen.text.startswith("two-ranks\n")
     by_rank = {row[0]: row for row in seen.ranks}
     assert set(by_rank) == {"0", "1"}
     assert by_rank["1"][1] == "failed" and "failed on purpose at batch 6" in by_rank["1"][2]
