@@ -13,6 +13,7 @@ from obsbus.callback import Callback
 from obsbus.engine import Engine
 from obsbus.errors import MissingExtraError, ObsbusError, ObsbusWarning, TrainingTerminated
 from obsbus.event import Event
+from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.naming import format_name
 from obsbus.run import Run
@@ -31,6 +32,7 @@ __all__ = [
     "Callback",
     "Engine",
     "Event",
+    "LogInterval",
     "Logger",
     "LoggerDestination",
     "MissingExtraError",

@@ -1,5 +1,6 @@
 """Monitors: callbacks that measure a run and log what they find."""
 
+from obsbus.callbacks._averaging import RunningAverage
 from obsbus.callbacks.early_stopper import EarlyStopper
 from obsbus.callbacks.lr_monitor import LRMonitor
 from obsbus.callbacks.memory_monitor import MemoryMonitor
@@ -23,6 +24,7 @@ __all__ = [
     "OOMObserver",
     "OptimizerMonitor",
     "RocmSmiMonitor",
+    "RunningAverage",
     "RuntimeEstimator",
     "SpeedMonitor",
     "SystemMetricsMonitor",
