@@ -384,6 +384,20 @@ class FileLogger(LoggerDestination):
     def _submit_rows(self, handed: Handed) -> None:
         self._writer.submit(self._write_metrics, handed)
 
+    def flush(self, timeout: float | None = 10.0, *, fsync: bool = False) -> bool:
+        """Write what is held to both files, flush them, and wait for the writer.
+
+        For code that reads the files while the run goes on (a report, a test, a
+        notebook). Nothing is uploaded. Returns ``False`` when the writer did not
+        finish within ``timeout`` seconds (``None``: wait as long as it takes), or
+        the files are not open (before ``init``, after ``close``).
+        """
+        if self._text is None:
+            return False
+        self._hand_over()
+        self._writer.submit(self._sync_files, fsync, False)
+        return self._writer.flush(timeout=timeout)
+
     def _flush(self, fsync: bool, upload: bool = True) -> None:
         self._hand_over()
         self._writer.submit(self._sync_files, fsync, upload)
