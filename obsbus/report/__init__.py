@@ -12,11 +12,16 @@ inlined; nothing is fetched). It shows:
   ``loss/*`` and ``metrics/*`` key;
 - one plot per group of keys that has data, all on one shared step axis:
   loss (train and eval), eval metrics, learning rate (``lr-*``), MFU,
-  throughput, step time, memory, gradient and parameter norms
-  (``l2_norm/*``), power, temperature, CPU and GPU utilisation, system
+  throughput with one plot per unit (batches/s, samples/s, tokens/s, FLOP/s:
+  each ``throughput/{unit}_per_sec`` with its ``throughput/device/`` twin; any
+  other rate in a plot of its own), step time, memory, gradient and parameter
+  norms (``l2_norm/*``), power, temperature, CPU and GPU utilisation, system
   memory, disk and network, time, other. Every rank's FileLogger JSON Lines
   are read: up to 4 ranks as one line each, more as a min/max band over the
-  ranks plus rank 0's line;
+  ranks plus rank 0's line. A line of at most 50 points (after downsampling),
+  and every eval series (``metrics/{label}/*`` but ``train``), also gets a
+  circle at each point, so one eval logged once is seen (the markers share
+  the line's data: the page does not grow);
 - where the run folder has profiler traces (``traces/``), the time per
   event and per callback (the ``event/*`` and ``callback/{Class}/{event}``
   spans), as a table with bars;

@@ -13,12 +13,15 @@ from obsbus.masking import mask_secrets
 from obsbus.report._downsample import DEFAULT_BUCKETS, minmax_band, minmax_downsample
 from obsbus.report._read import RunData
 
-__all__ = ["GROUPS", "Group", "Plot", "build_plots", "group_of"]
+__all__ = ["GROUPS", "Group", "Plot", "build_plots", "group_of", "is_eval", "marked"]
 
 #: One line per rank up to this many ranks; beyond, a min/max band over the ranks and rank 0.
 MAX_RANK_LINES = 4
 #: Lines per plot; the global and total keys first, the rest named as left out.
 MAX_KEYS = 16
+#: A line of at most this many points (after downsampling) also gets a marker at each point:
+#: a single point (an eval logged once) draws no line at all. Eval series always get them.
+MAX_MARKED_POINTS = 50
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,13 @@ def _prefix(prefix: str, *parts: str, suffix: str = "") -> Callable[[str], bool]
     return test
 
 
+def _throughput(unit: str) -> Callable[[str], bool]:
+    """``throughput/{unit}_per_sec`` and ``throughput/device/{unit}_per_sec``: one unit a plot,
+    so 10 batches/s is not flattened against 50,000 tokens/s on a shared y-axis."""
+    names = (f"throughput/{unit}_per_sec", f"throughput/device/{unit}_per_sec")
+    return lambda key: key in names
+
+
 def _utilization(key: str) -> bool:
     return _prefix("system/", "percent", "pct")(key) or key.startswith("utilization/")
 
@@ -59,7 +69,14 @@ GROUPS: tuple[Group, ...] = (
     Group("metrics", "Eval metrics", _prefix("metrics/")),
     Group("lr", "Learning rate", _prefix("lr-")),
     Group("mfu", "MFU", _prefix("throughput/", suffix="mfu")),
-    Group("throughput", "Throughput (per second)", _prefix("throughput/", suffix="_per_sec")),
+    Group("throughput_batches", "Throughput (batches/s)", _throughput("batches")),
+    Group("throughput_samples", "Throughput (samples/s)", _throughput("samples")),
+    Group("throughput_tokens", "Throughput (tokens/s)", _throughput("tokens")),
+    Group("throughput_flops", "Throughput (FLOP/s)", _throughput("flops")),
+    # Any other rate (a unit SpeedMonitor does not log): a plot of its own, not mixed in.
+    Group(
+        "throughput", "Throughput (other, per second)", _prefix("throughput/", suffix="_per_sec")
+    ),
     Group("step_time", "Step time (s)", lambda k: bool(_STEP_TIME.match(k))),
     Group("memory_pct", "Memory use (%)", _prefix("memory/", "pct", "percent")),
     Group("memory", "Memory (GB)", lambda k: k.startswith("memory/") and k not in _COUNTS),
@@ -93,6 +110,23 @@ class Plot:
     figure: Any = None
 
 
+def is_eval(key: str) -> bool:
+    """An evaluation's key (``metrics/{label}/...`` with a label other than ``train``, or
+    ``loss/{label}/...`` likewise): logged once per evaluation, a few points.
+
+    Example:
+        >>> is_eval("metrics/eval/loss"), is_eval("metrics/train/acc"), is_eval("loss/train/total")
+        (True, False, False)
+    """
+    parts = key.split("/")
+    return len(parts) >= 3 and parts[0] in ("metrics", "loss") and parts[1] != "train"
+
+
+def marked(key: str, points: int) -> bool:
+    """Whether the line of ``key`` with ``points`` points (downsampled) gets markers."""
+    return points <= MAX_MARKED_POINTS or is_eval(key)
+
+
 def _rank_of_first(key: str) -> tuple[int, str]:
     # global/total keys first: with many per-layer norms, they are the ones that matter
     return (0 if ("global" in key or "total" in key) else 1, key)
@@ -113,10 +147,10 @@ def _finite(y: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.where(np.isfinite(y), y, np.nan)
 
 
-def _lines(data: RunData, plot: Plot, buckets: int) -> list[tuple[str, Any, Any, Any]]:
-    """(label, x, y or low, high or None) per line or band."""
+def _lines(data: RunData, plot: Plot, buckets: int) -> list[tuple[str, str, Any, Any, Any]]:
+    """(key, label, x, y or low, high or None) per line or band."""
     ranks = sorted(data.ranks)
-    out: list[tuple[str, Any, Any, Any]] = []
+    out: list[tuple[str, str, Any, Any, Any]] = []
     for key in plot.keys:
         label = mask_secrets(key)
         have = [r for r in ranks if key in data.ranks[r].series]
@@ -125,7 +159,7 @@ def _lines(data: RunData, plot: Plot, buckets: int) -> list[tuple[str, Any, Any,
                 x, y = _arrays(*data.ranks[rank].series[key])
                 x, y = minmax_downsample(x, y, buckets)
                 name = label if len(ranks) == 1 else f"{label} (rank {rank})"
-                out.append((name, x, _finite(y), None))
+                out.append((key, name, x, _finite(y), None))
             continue
         x, y = _arrays(
             [s for r in have for s in data.ranks[r].series[key][0]],
@@ -135,9 +169,10 @@ def _lines(data: RunData, plot: Plot, buckets: int) -> list[tuple[str, Any, Any,
         with np.errstate(invalid="ignore"):
             low, high = np.fmin.reduceat(y, starts), np.fmax.reduceat(y, starts)
         bx, blow, bhigh = minmax_band(steps, low, high, buckets)
-        out.append((f"{label} (min..max of {len(have)} ranks)", bx, _finite(blow), _finite(bhigh)))
+        band = f"{label} (min..max of {len(have)} ranks)"
+        out.append((key, band, bx, _finite(blow), _finite(bhigh)))
         x0, y0 = minmax_downsample(*_arrays(*data.ranks[have[0]].series[key]), buckets)
-        out.append((f"{label} (rank {have[0]})", x0, _finite(y0), None))
+        out.append((key, f"{label} (rank {have[0]})", x0, _finite(y0), None))
     return out
 
 
@@ -161,7 +196,7 @@ def plan_plots(data: RunData) -> list[Plot]:
 
 def build_plots(data: RunData, buckets: int = DEFAULT_BUCKETS) -> list[Plot]:
     """Bokeh figures for ``data``, sharing one x (step) range."""
-    from bokeh.models import HoverTool, Legend  # type: ignore[attr-defined]
+    from bokeh.models import ColumnDataSource, HoverTool, Legend  # type: ignore[attr-defined]
     from bokeh.palettes import Category10_10, Category20_20
     from bokeh.plotting import figure
 
@@ -172,6 +207,7 @@ def build_plots(data: RunData, buckets: int = DEFAULT_BUCKETS) -> list[Plot]:
         palette = Category10_10 if len(lines) <= 10 else Category20_20
         extra = {"x_range": shared} if shared is not None else {}
         fig = figure(
+            name=plot.group.id,  # to find a plot in the page's document
             height=300,
             sizing_mode="stretch_width",
             x_axis_label="step",
@@ -180,18 +216,42 @@ def build_plots(data: RunData, buckets: int = DEFAULT_BUCKETS) -> list[Plot]:
             **extra,
         )
         shared = fig.x_range
-        items = []
-        for index, (label, x, y, high) in enumerate(lines):
+        items, hovered = [], []
+        for index, (key, label, x, y, high) in enumerate(lines):
             color = palette[index % len(palette)]
             if high is None:
-                glyph: Any = fig.line(x, y, line_color=color, line_width=1.5, name=label)
+                # One source for the line and its markers: the points are sent once.
+                source = ColumnDataSource(data={"x": x, "y": y})
+                glyphs: list[Any] = [
+                    fig.line("x", "y", source=source, line_color=color, line_width=1.5, name=label)
+                ]
+                if marked(key, len(x)):
+                    glyphs.append(
+                        fig.scatter(
+                            "x",
+                            "y",
+                            source=source,
+                            size=5,
+                            color=color,
+                            marker="circle",
+                            name=label,
+                        )
+                    )
+                # One tooltip per point: the markers where there are, else the line.
+                hovered.append(glyphs[-1])
             else:
-                glyph = fig.varea(x=x, y1=y, y2=high, fill_color=color, fill_alpha=0.25, name=label)
-            items.append((label, [glyph]))
+                glyphs = [
+                    fig.varea(x=x, y1=y, y2=high, fill_color=color, fill_alpha=0.25, name=label)
+                ]
+            items.append((label, glyphs))
             plot.points += len(x)
         fig.add_layout(
             Legend(items=items, click_policy="hide", label_text_font_size="8pt"), "right"
         )
-        fig.add_tools(HoverTool(tooltips=[("", "$name"), ("step", "$x{0,0}"), ("value", "$y")]))
+        fig.add_tools(
+            HoverTool(
+                renderers=hovered, tooltips=[("", "$name"), ("step", "$x{0,0}"), ("value", "$y")]
+            )
+        )
         plot.figure = fig
     return plots

@@ -23,6 +23,10 @@ _CANVASES = """
   return out.filter(c => c.width > 0 && c.height > 0).length;
 }
 """
+_Y_ENDS = """
+() => Object.fromEntries(Bokeh.documents.flatMap(d => [...d.all_models])
+  .filter(m => m.name && m.y_range).map(m => [m.name, m.y_range.end]))
+"""
 _DRAWN = (
     "() => window.Bokeh && Bokeh.documents.length > 0 && [...Bokeh.index].length > 0"
     " && [...Bokeh.index].every(v => v.has_finished())"
@@ -45,6 +49,8 @@ class Opened:
     #: The header's rank table: [rank, status, why, last step, rows] per rank.
     ranks: list[list[str]] = field(default_factory=list)
     pwned: bool = False
+    #: figure name (the plot's group id) -> the end of its y-range, as BokehJS computed it
+    y_ends: dict[str, float] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="session")
@@ -97,6 +103,7 @@ def open_report(browser):
             for section in page.query_selector_all("section.plot"):
                 seen.plots[section.get_attribute("data-group")] = section.evaluate(_CANVASES)
             seen.text = page.inner_text("body")
+            seen.y_ends = page.evaluate(_Y_ENDS)
             seen.pwned = bool(page.evaluate("() => window.__pwned === 1"))
             seen.ranks = page.eval_on_selector_all(
                 "table.ranks tr",

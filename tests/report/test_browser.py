@@ -13,8 +13,18 @@ from .conftest import pixel_spread
 pytestmark = pytest.mark.dist
 
 #: The groups this run's monitors feed (SpeedMonitor, MemoryMonitor, LRMonitor,
-#: OptimizerMonitor, SystemMetricsMonitor, the loss).
-EXPECTED = {"loss", "lr", "throughput", "memory", "norms", "utilization", "system_memory"}
+#: OptimizerMonitor, SystemMetricsMonitor, the loss). SpeedMonitor's rates get one plot per
+#: unit (no tokens or FLOPs counted here).
+EXPECTED = {
+    "loss",
+    "lr",
+    "throughput_batches",
+    "throughput_samples",
+    "memory",
+    "norms",
+    "utilization",
+    "system_memory",
+}
 
 
 @pytest.fixture(scope="module")
