@@ -13,9 +13,14 @@ hangs fills its queue, after which new writes are dropped and counted
 instead of blocking training (DESIGN principle 3); close waits at most
 ``close_timeout`` seconds and reports what was not delivered.
 
-A subclass implements the ``_client_*`` methods (called on the writer
-thread) and ``_check_credentials`` (called at ``init``, on the training
-thread, to warn early).
+The tracker itself is a :class:`~obsbus.loggers._tracker_client.TrackerClient`
+given to the destination: this class owns every logging method (metrics,
+hyperparameters, tables, images, traces, files) and the policy, and calls
+the client through its ``_client_*`` methods (each forwards to the client;
+tests override them to watch or block a call). Each public tracker class is
+a subclass whose ``__init__`` checks its own arguments, builds its client and
+passes the shared options (:data:`SHARED_OPTIONS`, the same names and
+defaults everywhere) through.
 """
 
 from __future__ import annotations
@@ -24,8 +29,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,13 +39,24 @@ from obsbus._check import check_bool, check_seconds
 from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
+from obsbus.loggers._images import image_arrays
 from obsbus.loggers._run_metadata import environment_snapshot, flatten_hyperparameters, git_metadata
+from obsbus.loggers._tracker_client import RunInfo, TrackerClient
+from obsbus.loggers._tracker_media import hold_images, hold_table, table_rows
 from obsbus.run_folder import os_user
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
+from obsbus.values import HostValues
 from obsbus.writer import BackgroundWriter, WritePeriod
 
-__all__ = ["RunInfo", "TrackerDestination"]
+__all__ = [
+    "SHARED_OPTIONS",
+    "ClientAttribute",
+    "RunInfo",
+    "TrackerClient",
+    "TrackerDestination",
+    "shared_options",
+]
 
 log = logging.getLogger("obsbus")
 
@@ -49,23 +64,46 @@ log = logging.getLogger("obsbus")
 #: (:data:`obsbus._held.MAX_HELD_ROWS`, which FileLogger shares).
 MAX_HELD_STEPS = MAX_HELD_ROWS
 
+#: The options every tracker takes, by these names (see :class:`TrackerDestination`).
+SHARED_OPTIONS = ("log_interval", "rank_zero_only", "logging_rank", "log_env", "log_git",
+                  "write_period", "close_timeout", "max_queue_size")  # fmt: skip
 
-@dataclass(frozen=True)
-class RunInfo:
-    """What a tracker client needs to start, copied from the state at ``init``."""
 
-    run_name: str
-    project: str
-    rank: int
-    world_size: int
-    run_folder: Path
-    start_step: int
+def shared_options(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The shared options out of a tracker constructor's arguments (``locals()``)."""
+    return {name: arguments[name] for name in SHARED_OPTIONS if name in arguments}
+
+
+class ClientAttribute:
+    """A tracker's attribute that is its client's: the settings live with the client.
+
+    Example:
+        >>> class Demo(TrackerDestination):
+        ...     project = ClientAttribute()
+        >>> client = TrackerClient()
+        >>> client.project = "p"
+        >>> Demo(client).project
+        'p'
+    """
+
+    def __init__(self, name: str = "") -> None:
+        self.attr = name
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.attr = self.attr or name
+
+    def __get__(self, obj: TrackerDestination | None, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(obj.client, self.attr)
+
+    def __set__(self, obj: TrackerDestination, value: Any) -> None:
+        setattr(obj.client, self.attr, value)
 
 
 class TrackerDestination(LoggerDestination):
-    """Base class of the tracker destinations; see the module docstring.
+    """A destination that feeds a tracker's client from a background thread; see the module.
 
     Args:
+        client: the tracker (default: one that stores nothing).
         log_interval: when held metrics may be handed to the client (in batches).
         write_period: seconds; held metrics go to the writer at the first
             ``log_interval`` at least this long after the last hand-over (and
@@ -92,6 +130,7 @@ class TrackerDestination(LoggerDestination):
 
     def __init__(
         self,
+        client: TrackerClient | None = None,
         *,
         log_interval: TimeLike = "1ba",
         rank_zero_only: bool = True,
@@ -103,6 +142,8 @@ class TrackerDestination(LoggerDestination):
         max_queue_size: int = 1024,
     ) -> None:
         cls = type(self).__name__
+        #: The tracker's client (touch it from the writer thread only, once started).
+        self.client = TrackerClient() if client is None else client
         self.log_interval = LogInterval(log_interval, f"{cls} log_interval", TimeUnit.BATCH)
         if logging_rank != "last" and (
             isinstance(logging_rank, bool) or not isinstance(logging_rank, int) or logging_rank < 0
@@ -136,31 +177,38 @@ class TrackerDestination(LoggerDestination):
         self._ran = 0
         self._gave_up = False
 
-    # ------------------------------------------------ for subclasses to fill
+    # ----------------------- the client, through one seam per call (writer thread)
     def _check_credentials(self) -> None:
-        """Warn (never print a token) when the client will need credentials it lacks."""
+        self.client.check_credentials()
 
     def _client_start(self, info: RunInfo) -> None:
-        """Start the client's run (writer thread)."""
+        self.client.start(info)
 
     def _client_log_metrics(self, values: dict[str, Any], step: int) -> None:
-        """Write numbers (already on the host) at ``step`` (writer thread)."""
+        self.client.log_metrics(values, step)
 
     def _client_log_params(self, params: dict[str, Any]) -> None:
-        """Write flat hyperparameters (writer thread)."""
+        self.client.log_params(params)
 
     def _client_set_tags(self, tags: dict[str, str]) -> None:
-        """Write run tags (writer thread)."""
+        self.client.set_tags(tags)
 
     def _client_upload_file(self, remote_file_name: str, file_path: Path) -> None:
-        """Store a file with the run (writer thread); only called if ``can_upload_files``."""
+        self.client.upload_file(remote_file_name, file_path)
 
     def _client_finish(self, failed: bool) -> None:
-        """End the client's run; ``failed`` when the run ended with an exception."""
+        self.client.finish(failed, self._state.exception if self._state is not None else None)
 
     def _client_flush(self) -> None:
-        """Push what the client buffers to its backend (writer thread), at fit end, on
-        ``exception`` and whenever the subclass calls :meth:`_hand_over_and_flush`."""
+        self.client.flush()
+
+    def _has(self, method: str) -> bool:
+        """Whether the client (or a subclass's seam) implements ``method``: else never queued."""
+        if getattr(type(self), f"_client_{method}") is not getattr(
+            TrackerDestination, f"_client_{method}", None
+        ):
+            return True
+        return getattr(type(self.client), method) is not getattr(TrackerClient, method)
 
     # -------------------------------------------------------- shared plumbing
     @property
@@ -279,7 +327,12 @@ class TrackerDestination(LoggerDestination):
 
     # ------------------------------------------------------- LoggerDestination
     @override
+    def can_upload_files(self) -> bool:
+        return self.client.can_upload_files()
+
+    @override
     def init(self, state: State, logger: Logger) -> None:
+        self.client.prepare(state, logger)
         self._state, self._logger = state, logger
         self._active = not self.rank_zero_only or state.rank == self._chosen_rank(state.world_size)
         if not self._active or self._started:
@@ -293,6 +346,8 @@ class TrackerDestination(LoggerDestination):
             world_size=state.world_size,
             run_folder=state.run_folder.root,
             start_step=state.timestamp._batch,
+            every_rank=not self.rank_zero_only,
+            report=self._report,
         )
         self._submit(self._start_client, info)
 
@@ -325,6 +380,54 @@ class TrackerDestination(LoggerDestination):
             )
             return
         self._submit(self._client_upload_file, remote_file_name, Path(file_path))
+
+    @override
+    def log_table(
+        self,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        name: str = "Table",
+        step: int | None = None,
+    ) -> None:
+        if self._active:
+            self._hand_over()  # metrics held for earlier steps go first
+            self._submit(self._send_table, list(columns), *hold_table(rows), name,
+                         self._step_now(step))  # fmt: skip
+
+    def _send_table(
+        self, columns: list[str], rows: list[list[Any]], pending: HostValues, name: str, step: int
+    ) -> None:
+        self.client.log_table(columns, table_rows(rows, pending), name, step)
+
+    @override
+    def log_images(
+        self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
+    ) -> None:
+        if self._active:
+            self._hand_over()
+            # Snapshotted here (detached copies, no sync): the caller may change them next.
+            self._submit(self._send_images, hold_images(images), name, self._step_now(step),
+                         kwargs.get("channels_last"))  # fmt: skip
+
+    def _send_images(self, images: Any, name: str, step: int, channels_last: bool | None) -> None:
+        client = self.client
+        layout = client.channels_last if channels_last is None else bool(channels_last)
+        client.log_images(image_arrays(images, layout, uint8=client.uint8_images), name, step)
+
+    @override
+    def log_traces(self, traces: Mapping[str, Any]) -> None:
+        if self._active and self._has("log_traces"):
+            self._submit(self._send_traces, dict(traces), self._step_now())
+
+    def _send_traces(self, traces: dict[str, Any], step: int) -> None:
+        self.client.log_traces(traces, step)
+
+    def _report(self, what: str, exc: BaseException) -> None:
+        self._writer.failures.report(self.name, what, exc)
+
+    def flush(self) -> None:
+        """Hand everything held to the writer and queue the client's ``flush`` (no wait)."""
+        self._hand_over_and_flush()
 
     def _hand_over(self) -> None:
         """Everything held goes to the writer: one host transfer for all values due.
@@ -359,6 +462,7 @@ class TrackerDestination(LoggerDestination):
             row.update(values)
         if row:
             self._client_log_metrics(row, row_step)
+        self.client.metrics_done()
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
@@ -399,7 +503,7 @@ class TrackerDestination(LoggerDestination):
     def _hand_over_and_flush(self) -> None:
         """Hand everything held over, then queue :meth:`_client_flush` (if the client has one)."""
         self._hand_over()
-        if self._started and type(self)._client_flush is not TrackerDestination._client_flush:
+        if self._started and self._has("flush"):
             self._submit(self._client_flush)
 
     @override

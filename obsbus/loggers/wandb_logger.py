@@ -2,55 +2,25 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal
-
-from typing_extensions import override
 
 from obsbus._check import check_bool, check_folder, check_folder_at_init, check_mapping
 from obsbus.errors import MissingExtraError
-from obsbus.loggers._tracker import RunInfo, TrackerDestination
-from obsbus.loggers._tracker_media import hold_images, hold_table, image_arrays, table_rows
-from obsbus.masking import mask_value, masked_sys_argv
+from obsbus.loggers._tracker import ClientAttribute, TrackerDestination, shared_options
+from obsbus.loggers._wandb_client import WandBClient, artifact_name
 from obsbus.time import TimeLike
-from obsbus.values import HostValues
 
-__all__ = ["WandBLogger"]
-
-log = logging.getLogger("obsbus")
+__all__ = ["WandBLogger", "artifact_name"]
 
 _MODES = ("online", "offline", "disabled", "shared")
 _OWN_INIT_ARGS = ("project", "group", "name", "entity", "tags", "mode", "dir")
-_NAME_MAXLEN = 128  # W&B's limit for project and artifact names
+_NAME_MAXLEN = 128  # W&B's limit for project names
 _TAG_MAXLEN = 64
 _BAD_PROJECT_CHARS = re.compile(r"[/\\#?%:]")
-_BAD_ARTIFACT_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def artifact_name(remote_file_name: str) -> str:
-    """A W&B artifact name for a file: only alphanumerics, ``-``, ``_`` and ``.``, 128 at most.
-
-    Example:
-        >>> artifact_name("my run/metrics-rank0.jsonl")
-        'my-run.metrics-rank0.jsonl'
-    """
-    parts = [_BAD_ARTIFACT_CHARS.sub("-", p).strip("-") for p in remote_file_name.split("/")]
-    name = ".".join(p for p in parts if p).strip(".") or "file"
-    if len(name) > _NAME_MAXLEN:
-        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
-        name = f"{name[: _NAME_MAXLEN - 9]}-{digest}"
-    return name
-
-
-def _artifact_type(remote_file_name: str) -> str:
-    suffix = Path(remote_file_name).suffix.lstrip(".")
-    return _BAD_ARTIFACT_CHARS.sub("", suffix) or "file"
 
 
 def _check_str(cls: str, what: str, value: object) -> None:
@@ -135,6 +105,20 @@ class WandBLogger(TrackerDestination):
     """
 
     extra = "wandb"
+    client: WandBClient
+    project = ClientAttribute()
+    group = ClientAttribute()
+    run_name = ClientAttribute()
+    entity = ClientAttribute()
+    tags = ClientAttribute()
+    log_artifacts = ClientAttribute()
+    init_kwargs = ClientAttribute()
+    mode = ClientAttribute()
+    save_dir = ClientAttribute()
+    #: The wandb run, once started (touch it from the writer thread only).
+    run = ClientAttribute()
+    #: Values for a step older than one written: metrics dropped, tables/images moved.
+    late_values = ClientAttribute()
 
     def __init__(
         self,
@@ -160,16 +144,7 @@ class WandBLogger(TrackerDestination):
         cls = type(self).__name__
         if importlib.util.find_spec("wandb") is None:
             raise MissingExtraError(self.extra, cls)
-        super().__init__(
-            log_interval=log_interval,
-            rank_zero_only=rank_zero_only,
-            logging_rank=logging_rank,
-            log_env=log_env,
-            log_git=log_git,
-            write_period=write_period,
-            close_timeout=close_timeout,
-            max_queue_size=max_queue_size,
-        )
+        options = shared_options(locals())
         if init_kwargs is not None and not isinstance(init_kwargs, Mapping):
             raise TypeError(f"{cls} init_kwargs must be a dict, got {init_kwargs!r}.")
         # wandb.init(**init_kwargs) at fit would fail on a key that isn't a str.
@@ -212,182 +187,21 @@ class WandBLogger(TrackerDestination):
                 )
         if mode is not None and mode not in _MODES:
             raise ValueError(f"{cls} mode must be one of {_MODES} or None, got {mode!r}.")
-        self.project = project
-        self.group = group
-        self.run_name = name
-        self.entity = entity
-        self.tags = list(tags or ())
-        self.log_artifacts = check_bool(cls, "log_artifacts", log_artifacts)
-        self.init_kwargs = dict(init_kwargs or {})
-        self.mode = mode
         save = check_folder(cls, "save_dir", save_dir, allow_none=True)
-        # Relative to the working directory, as wandb takes it: a file there fails now.
-        self.save_dir = None if save is None else check_folder_at_init(cls, "save_dir", save)
-        self.run: Any = None  # the wandb run, once started (touch it from the writer thread only)
-        self._wandb: Any = None
-        self._step = 0
-        #: Values for a step older than one written: metrics dropped, tables/images moved.
-        self.late_values = 0
+        client = WandBClient(
+            project=project,
+            group=group,
+            run_name=name,
+            entity=entity,
+            tags=list(tags or ()),
+            log_artifacts=check_bool(cls, "log_artifacts", log_artifacts),
+            init_kwargs=dict(init_kwargs or {}),
+            mode=mode,
+            # Relative to the working directory, as wandb takes it: a file there fails now.
+            save_dir=None if save is None else check_folder_at_init(cls, "save_dir", save),
+        )
+        super().__init__(client, **options)
 
-    # ------------------------------------------------------------ settings
     def resolved_mode(self) -> str:
         """The mode the run will use: ``mode``, else ``$WANDB_MODE``, else ``"online"``."""
-        if self.mode is not None:
-            return self.mode
-        if os.environ.get("WANDB_DISABLED", "").lower() in ("true", "1", "yes"):
-            return "disabled"
-        env = os.environ.get("WANDB_MODE", "").lower()
-        return {"dryrun": "offline", "run": "online"}.get(env, env) or "online"
-
-    @override
-    def can_upload_files(self) -> bool:
-        return self.log_artifacts and self.resolved_mode() != "disabled"
-
-    @override
-    def _check_credentials(self) -> None:
-        mode = self.resolved_mode()
-        if mode in ("online", "shared") and not os.environ.get("WANDB_API_KEY"):
-            log.warning(
-                "obsbus: WandBLogger runs in %s mode but WANDB_API_KEY is not set; wandb "
-                "falls back to a `wandb login` credential and fails to start without one. "
-                "To fix, set WANDB_API_KEY, or use mode='offline' (sync later with "
-                "`wandb sync`) or mode='disabled'.",
-                mode,
-            )
-
-    # ------------------------------------------------- client (writer thread)
-    @override
-    def _client_start(self, info: RunInfo) -> None:
-        import wandb
-
-        self._wandb = wandb
-        name = self.run_name or info.run_name
-        group = self.group
-        if not self.rank_zero_only:
-            name = f"{name}-rank{info.rank}"
-            group = group or info.run_name
-        folder = self.save_dir or info.run_folder
-        folder.mkdir(parents=True, exist_ok=True)
-        kwargs: dict[str, Any] = {
-            "project": self.project or os.environ.get("WANDB_PROJECT") or info.project,
-            "name": name,
-            "dir": str(folder),
-            "reinit": "create_new",
-        }
-        for key, value in (("group", group), ("entity", self.entity), ("mode", self.mode)):
-            if value is not None:
-                kwargs[key] = value
-        if self.tags:
-            kwargs["tags"] = self.tags
-        kwargs.update(self.init_kwargs)
-        for key in ("config", "notes"):  # hyperparameters by another path: masked the same
-            if key in kwargs:
-                kwargs[key] = mask_value(kwargs[key])
-        # W&B records sys.argv in the run's metadata (the .wandb file): masked while it reads.
-        with masked_sys_argv():
-            self.run = wandb.init(**kwargs)
-        self._step = int(getattr(self.run, "step", 0) or 0)
-        self.late_values = 0
-
-    def _log(self, data: dict[str, Any], step: int) -> None:
-        self.run.log(data, step=step)
-        self._step = step
-
-    def _late(self, what: str, step: int) -> None:
-        self.late_values += 1
-        if self.late_values == 1:
-            log.warning(
-                "obsbus: WandBLogger got %s for step %d after step %d was written; W&B steps "
-                "only increase, so such metrics are dropped (counted) and tables/images are "
-                "shown at the latest step.",
-                what,
-                step,
-                self._step,
-            )
-
-    @override
-    def _client_log_metrics(self, values: dict[str, Any], step: int) -> None:
-        data = {key: value for key, value in values.items() if value is not None}
-        if data and step < self._step:
-            for key in data:
-                self._late(repr(key), step)
-        elif data:
-            self._log(data, step)
-
-    def _log_media(self, name: str, value: Any, step: int) -> None:
-        if step < self._step:
-            self._late(repr(name), step)
-            step = self._step
-        self._log({name: value}, step)
-
-    @override
-    def _client_log_params(self, params: dict[str, Any]) -> None:
-        self.run.config.update(params, allow_val_change=True)
-
-    @override
-    def _client_set_tags(self, tags: dict[str, str]) -> None:
-        self.run.config.update(tags, allow_val_change=True)
-
-    @override
-    def _client_upload_file(self, remote_file_name: str, file_path: Path) -> None:
-        artifact = self._wandb.Artifact(
-            artifact_name(remote_file_name),
-            type=_artifact_type(remote_file_name),
-            metadata={"remote_file_name": remote_file_name},
-        )
-        artifact.add_file(str(file_path), name=remote_file_name.lstrip("/") or file_path.name)
-        self.run.log_artifact(artifact, aliases=["latest"])
-
-    @override
-    def _client_finish(self, failed: bool) -> None:
-        run, self.run = self.run, None
-        if self.late_values:
-            log.warning(
-                "obsbus: WandBLogger: %d value(s) came for steps already written to W&B "
-                "(see the first warning).",
-                self.late_values,
-            )
-        if run is not None:
-            run.finish(exit_code=1 if failed else 0)
-
-    # --------------------------------------------- tables, images, traces
-    @override
-    def log_table(
-        self,
-        columns: Sequence[str],
-        rows: Sequence[Sequence[Any]],
-        name: str = "Table",
-        step: int | None = None,
-    ) -> None:
-        if self._active:
-            self._hand_over()  # metrics held for earlier steps go first
-            self._submit(self._write_table, list(columns), *hold_table(rows), name,
-                         self._step_now(step))  # fmt: skip
-
-    def _write_table(
-        self, columns: list[str], rows: list[list[Any]], pending: HostValues, name: str, step: int
-    ) -> None:
-        table = self._wandb.Table(columns=columns, data=table_rows(rows, pending))
-        self._log_media(name, table, step)
-
-    @override
-    def log_images(
-        self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
-    ) -> None:
-        if self._active:
-            self._hand_over()
-            channels_last = kwargs.get("channels_last")
-            self._submit(self._write_images, hold_images(images), name, self._step_now(step),
-                         channels_last)  # fmt: skip
-
-    def _write_images(self, images: Any, name: str, step: int, channels_last: bool | None) -> None:
-        wandb = self._wandb
-        self._log_media(name, [wandb.Image(a) for a in image_arrays(images, channels_last)], step)
-
-    @override
-    def log_traces(self, traces: Mapping[str, Any]) -> None:
-        if self._active:
-            self._submit(self._write_traces, {f"traces/{k}": v for k, v in traces.items()})
-
-    def _write_traces(self, traces: dict[str, Any]) -> None:
-        self.run.summary.update(traces)
+        return self.client.resolved_mode()
