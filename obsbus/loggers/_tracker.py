@@ -204,9 +204,8 @@ class TrackerDestination(LoggerDestination):
 
     def _has(self, method: str) -> bool:
         """Whether the client (or a subclass's seam) implements ``method``: else never queued."""
-        if getattr(type(self), f"_client_{method}") is not getattr(
-            TrackerDestination, f"_client_{method}", None
-        ):
+        seam = f"_client_{method}"
+        if getattr(type(self), seam, None) is not getattr(TrackerDestination, seam, None):
             return True
         return getattr(type(self.client), method) is not getattr(TrackerClient, method)
 

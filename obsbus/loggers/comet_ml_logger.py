@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
-import logging
 import os
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from typing_extensions import override
-
-from obsbus._check import check_folder, check_folder_at_init, check_mapping
+from obsbus._check import check_folder, check_mapping
 from obsbus.errors import MissingExtraError
-from obsbus.logger import Logger
-from obsbus.loggers._tensorboard_summaries import image_arrays
-from obsbus.loggers._tracker import RunInfo, TrackerDestination
-from obsbus.loggers._tracker_media import hold_images, hold_table, table_rows
-from obsbus.masking import masked_sys_argv
+from obsbus.loggers._comet_client import CometClient
+from obsbus.loggers._tracker import ClientAttribute, TrackerDestination, shared_options
 from obsbus.naming import check_placeholders
-from obsbus.state import State
 from obsbus.time import TimeLike
-from obsbus.values import HostValues
 
 __all__ = ["CometMLLogger"]
-
-log = logging.getLogger("obsbus")
 
 
 class CometMLLogger(TrackerDestination):
@@ -92,7 +80,8 @@ class CometMLLogger(TrackerDestination):
             filled. An existing file there is an error at ``init`` (an
             absolute path: at construction), naming the parameter and path.
         log_interval: when held metrics may be handed to comet (see ``write_period``).
-        rank_zero_only: only rank 0 logs; otherwise every rank, each its own experiment.
+        rank_zero_only: only one rank logs (``logging_rank``); otherwise every rank, each
+            its own experiment.
         log_code, log_graph, auto_param_logging, auto_metric_logging: comet's
             switches of the same names (Composer's names and defaults).
         exp_kwargs: more keyword arguments for ``comet_ml.Experiment`` /
@@ -105,6 +94,8 @@ class CometMLLogger(TrackerDestination):
         close_timeout: seconds ``close`` waits for comet before giving up (comet
             sends what it holds, or offline writes the zip, in ``end()``; raise
             it for very large runs).
+        logging_rank, max_queue_size: see
+            :class:`~obsbus.loggers._tracker.TrackerDestination`.
 
     Example (not a doctest: importing comet_ml takes seconds)::
 
@@ -117,6 +108,15 @@ class CometMLLogger(TrackerDestination):
     """
 
     extra = "comet"
+    client: CometClient
+    workspace = ClientAttribute()
+    project_name = ClientAttribute()
+    experiment_name = ClientAttribute()
+    online = ClientAttribute()
+    offline_directory = ClientAttribute()
+    exp_kwargs = ClientAttribute()
+    #: The comet experiment, once started (touch it from the writer thread only).
+    experiment = ClientAttribute()
 
     def __init__(
         self,
@@ -137,6 +137,8 @@ class CometMLLogger(TrackerDestination):
         log_git: bool = True,
         write_period: float = 1.0,
         close_timeout: float = 30.0,
+        logging_rank: int | Literal["last"] = 0,
+        max_queue_size: int = 1024,
     ) -> None:
         cls = type(self).__name__
         names = {"workspace": workspace, "project_name": project_name, "name": name}
@@ -177,24 +179,8 @@ class CometMLLogger(TrackerDestination):
             )
         if importlib.util.find_spec("comet_ml") is None:
             raise MissingExtraError(self.extra, cls)
-        super().__init__(
-            log_interval=log_interval,
-            rank_zero_only=rank_zero_only,
-            log_env=log_env,
-            log_git=log_git,
-            write_period=write_period,
-            close_timeout=close_timeout,
-        )
-        self.workspace = workspace
-        self.project_name = project_name
-        self.experiment_name = name
-        self.online = online
-        self.offline_directory = (
-            None
-            if offline_directory is None
-            else check_placeholders(os.fspath(offline_directory), f"{cls} offline_directory")
-        )
-        self.exp_kwargs = {
+        options = shared_options(locals())
+        exp_kwargs = {
             "log_code": log_code,
             "log_graph": log_graph,
             "auto_param_logging": auto_param_logging,
@@ -212,156 +198,19 @@ class CometMLLogger(TrackerDestination):
             "auto_log_co2": False,
             "display_summary_level": 0,
         } | extra_kwargs
-        self._offline_dir: Path | None = None
-        self.experiment: Any = None
-        self._not_numbers: set[str] = set()
+        client = CometClient(
+            workspace=workspace,
+            project_name=project_name,
+            experiment_name=name,
+            online=online,
+            offline_directory=None
+            if offline_directory is None
+            else check_placeholders(os.fspath(offline_directory), f"{cls} offline_directory"),
+            exp_kwargs=exp_kwargs,
+        )
+        super().__init__(client, **options)
 
     @property
     def offline_dir(self) -> Path | None:
         """Where the offline zip goes (known after ``init``; ``None`` online)."""
-        return self._offline_dir
-
-    # ----------------------------------------------------- training thread
-    @override
-    def init(self, state: State, logger: Logger) -> None:
-        if not self.online:
-            folder = self.offline_directory
-            self._offline_dir = check_folder_at_init(  # a relative one is known only now
-                type(self).__name__,
-                "offline_directory",
-                state.run_folder.root / "comet"
-                if folder is None
-                else state.run_folder.resolve(logger.format_name(folder)),
-            )
-        super().init(state, logger)
-
-    @override
-    def _check_credentials(self) -> None:
-        if self.online and not os.environ.get("COMET_API_KEY"):
-            log.warning(
-                "obsbus: CometMLLogger is online but COMET_API_KEY is not set, so the experiment "
-                "will likely fail to start (comet_ml may still find a key in its config file). "
-                "To fix, export COMET_API_KEY, or pass online=False to write an offline archive."
-            )
-        wants_patches = any(
-            self.exp_kwargs.get(k)
-            for k in ("log_graph", "auto_param_logging", "auto_metric_logging")
-        )
-        if "comet_ml" not in sys.modules:
-            # comet_ml reads these once, when it is imported (on the writer thread, next).
-            if not wants_patches:  # no patching of torch, TensorBoard & co. as they import
-                os.environ.setdefault("COMET_DISABLE_AUTO_LOGGING", "1")
-            if not self.online:  # offline means offline: no error reports to comet's Sentry
-                os.environ.setdefault("COMET_ERROR_TRACKING_ENABLE", "false")
-
-    @override
-    def log_images(
-        self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
-    ) -> None:
-        if self._active:
-            channels_last = bool(kwargs.get("channels_last", False))
-            # Snapshotted here (detached copies, no sync): the caller may change them next.
-            self._submit(
-                self._write_images, hold_images(images), name, self._step_now(step), channels_last
-            )
-
-    @override
-    def log_traces(self, traces: Mapping[str, Any]) -> None:
-        if self._active:
-            self._submit(self._client_set_tags, {f"traces/{k}": str(v) for k, v in traces.items()})
-
-    @override
-    def log_table(
-        self,
-        columns: Sequence[str],
-        rows: Sequence[Sequence[Any]],
-        name: str = "Table",
-        step: int | None = None,
-    ) -> None:
-        if self._active:
-            self._submit(self._write_table, list(columns), *hold_table(rows), name)
-
-    @override
-    def can_upload_files(self) -> bool:
-        return True
-
-    # ------------------------------------------------------- writer thread
-    @override
-    def _client_start(self, info: RunInfo) -> None:
-        comet_ml = importlib.import_module("comet_ml")
-        kwargs = {
-            "project_name": self.project_name or info.project,
-            "workspace": self.workspace,
-        } | self.exp_kwargs
-        if not self.online:
-            assert self._offline_dir is not None
-            self._offline_dir.mkdir(parents=True, exist_ok=True)
-            kwargs.setdefault("offline_directory", str(self._offline_dir))
-        # With log_env_host or parse_args on, comet records sys.argv as the experiment
-        # starts: masked while it does.
-        with masked_sys_argv():
-            if self.online:
-                experiment = comet_ml.Experiment(**kwargs)
-            else:
-                experiment = comet_ml.OfflineExperiment(**kwargs)
-        self.experiment = experiment
-        name = self.experiment_name or info.run_name
-        if not self.rank_zero_only:
-            experiment.set_name(f"{name}-rank{info.rank}")
-            experiment.add_tag(info.run_name)
-            experiment.log_others({"obsbus.group": info.run_name, "obsbus.rank": info.rank})
-        else:
-            experiment.set_name(name)
-
-    @override
-    def _client_log_metrics(self, values: dict[str, Any], step: int) -> None:
-        numbers: dict[str, Any] = {}
-        for key, value in values.items():
-            if isinstance(value, (int, float)):
-                numbers[key] = int(value) if isinstance(value, bool) else value
-            elif key not in self._not_numbers:
-                self._not_numbers.add(key)
-                log.warning(
-                    "obsbus: CometMLLogger logs numbers only; %r is a %s and is skipped "
-                    "(reported once per key).",
-                    key,
-                    type(value).__name__,
-                )
-        if numbers:
-            self.experiment.log_metrics(numbers, step=step)
-
-    @override
-    def _client_log_params(self, params: dict[str, Any]) -> None:
-        self.experiment.log_parameters(params)
-
-    @override
-    def _client_set_tags(self, tags: dict[str, str]) -> None:
-        self.experiment.log_others(tags)
-
-    @override
-    def _client_upload_file(self, remote_file_name: str, file_path: Path) -> None:
-        self.experiment.log_asset(str(file_path), file_name=remote_file_name, overwrite=True)
-
-    def _write_images(self, images: Any, name: str, step: int, channels_last: bool) -> None:
-        pil = importlib.import_module("PIL.Image")
-        arrays = image_arrays(images, channels_last)
-        for i, array in enumerate(arrays):
-            # A PIL image, so comet stores the pixels as they are (it rescales arrays to min-max).
-            image = pil.fromarray(array[:, :, 0] if array.shape[2] == 1 else array)
-            self.experiment.log_image(
-                image, name=name if len(arrays) == 1 else f"{name}_{i}", step=step
-            )
-
-    def _write_table(
-        self, columns: list[str], rows: list[list[Any]], pending: HostValues, name: str
-    ) -> None:
-        data = table_rows(rows, pending)
-        self.experiment.log_table(f"{name}.csv", tabular_data=data, headers=columns)
-
-    @override
-    def _client_finish(self, failed: bool) -> None:
-        experiment, self.experiment = self.experiment, None
-        if experiment is None:
-            return
-        experiment.log_other("obsbus.status", "failed" if failed else "finished")
-        experiment.end()
+        return self.client.offline_dir
