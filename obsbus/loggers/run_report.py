@@ -255,16 +255,18 @@ def flush_file_loggers(logger: Logger) -> None:
 
 
 def _inputs(root: Path, own: str) -> tuple[Any, ...]:
-    """What the page is made of, by name, size and time: unchanged means the same page
-    (``own``, this rank's status file, is rewritten at every end: its status counts instead)."""
+    """The files the page is made of (:func:`obsbus.report._read.input_files`), by name, size
+    and time: unchanged means the same page. ``own``, this rank's status file, is left out: it
+    is rewritten at every end (its status and failures count instead)."""
+    from obsbus.report._read import input_files
+
     found = []
-    for pattern in ("*.jsonl", "*.txt", "run-status-rank*.json", "traces/**/*.json*"):
-        for path in sorted(root.glob(pattern)):
-            if path.name == own:
-                continue
-            try:
-                stat = path.stat()
-            except OSError:
-                continue
-            found.append((str(path), stat.st_size, stat.st_mtime_ns))
+    for path in input_files(root):
+        if path.name == own and path.parent == root:
+            continue
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        found.append((str(path), stat.st_size, stat.st_mtime_ns))
     return tuple(found)

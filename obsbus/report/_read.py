@@ -11,7 +11,7 @@ from typing import Any
 
 from obsbus.masking import mask_secrets, mask_value
 
-__all__ = ["RankData", "RunData", "read_run"]
+__all__ = ["RankData", "RunData", "input_files", "read_run"]
 
 #: The columns every JSON Lines row has besides the metrics.
 _ROW_FIELDS = frozenset({"step", "epoch", "batch", "wall_time"})
@@ -210,18 +210,25 @@ def _read_config(root: Path, data: RunData) -> None:
         )
 
 
-def _read_logs(root: Path, data: RunData) -> None:
-    """obsbus's warnings and errors in the loguru logs (``setup_logging``), if the run had them."""
+def _log_files(root: Path) -> list[Path]:
+    """Per folder of loguru logs (``setup_logging``), the one read: ``warning.log`` (it holds
+    the errors too: each file has its level and above), else ``error.log``."""
     logs = root / "logs"
     if not logs.is_dir():
-        return
+        return []
+    found = []
     for folder in sorted({p.parent for p in logs.glob("**/*.log")}):
-        # warning.log holds the errors too (each file: its level and above)
         path = next(
             (folder / n for n in ("warning.log", "error.log") if (folder / n).is_file()), None
         )
-        if path is None:
-            continue
+        if path is not None:
+            found.append(path)
+    return found
+
+
+def _read_logs(root: Path, data: RunData) -> None:
+    """obsbus's warnings and errors in the loguru logs (``setup_logging``), if the run had them."""
+    for path in _log_files(root):
         kept = 0
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
@@ -247,6 +254,34 @@ def read_status_files(root: Path) -> dict[int, dict[str, Any]]:
         if isinstance(value, dict):
             found[_rank_of(path, index)] = mask_value(value)
     return found
+
+
+def _plugins(root: Path) -> dict[str, Any]:
+    """``config/plugins.json`` alone, as ``_read_config`` files it (it names the files)."""
+    try:
+        value = json.loads((root / "config" / "plugins.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {"plugins.json": value}
+
+
+def input_files(run_dir: str | Path) -> list[Path]:
+    """Every file the report of ``run_dir`` is made of: ``config/``, the JSON Lines and text
+    logs, the status files, the loguru logs and the traces :func:`read_traces` sums. Cheap (no
+    file is read but ``config/plugins.json``): RunReport compares their sizes and times to
+    tell whether its last page is still up to date.
+    """
+    from obsbus.report._traces import trace_files
+
+    root = Path(run_dir).expanduser().absolute()
+    config = _plugins(root)
+    jsonl, text = _patterns(config)
+    folder = root / "config"
+    found = set(folder.iterdir()) if folder.is_dir() else set()
+    found = {p for p in found if p.is_file() and not p.name.startswith(".")}
+    found.update(_glob(root, jsonl), _glob(root, text), root.glob(STATUS_GLOB))
+    found.update(_log_files(root), trace_files(root, config))
+    return sorted(found)
 
 
 def read_run(run_dir: str | Path) -> RunData:

@@ -10,7 +10,7 @@ from typing import Any
 
 from obsbus.masking import mask_secrets
 
-__all__ = ["SpanStats", "TraceSummary", "read_traces"]
+__all__ = ["SpanStats", "TraceSummary", "read_traces", "trace_files", "trace_folders"]
 
 #: Bigger traces are left out (listed as skipped): a report is not a trace viewer.
 _MAX_TRACE_BYTES = 200 * 1024 * 1024
@@ -103,7 +103,9 @@ def trace_folders(root: Path, config: dict[str, Any]) -> set[Path]:
     return folders
 
 
-def _candidates(folders: set[Path]) -> list[Path]:
+def trace_files(root: Path, config: dict[str, Any] | None = None) -> list[Path]:
+    """The traces :func:`read_traces` reads (a merged trace only when there is nothing else)."""
+    folders = trace_folders(root, config or {})
     found: set[Path] = set()
     for folder in folders:
         if folder.is_dir():
@@ -117,7 +119,7 @@ def _candidates(folders: set[Path]) -> list[Path]:
 def read_traces(root: Path, config: dict[str, Any] | None = None) -> TraceSummary:
     """Sum span durations (``B``/``E`` pairs and ``X`` events) over the run's traces."""
     summary = TraceSummary()
-    for path in _candidates(trace_folders(root, config or {})):
+    for path in trace_files(root, config):
         try:
             if path.stat().st_size > _MAX_TRACE_BYTES:
                 summary.skipped.append(f"{path.name}: larger than {_MAX_TRACE_BYTES >> 20} MiB")

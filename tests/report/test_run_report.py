@@ -198,3 +198,52 @@ def test_import_obsbus_and_building_runreport_import_no_plotting_library():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.fixture
+def renders(monkeypatch):
+    """Every page RunReport writes, as (its path, its text right after the write)."""
+    import obsbus.report
+
+    written: list[tuple[str, str]] = []
+    real = obsbus.report.write_report
+
+    def counting(*args, **kwargs):
+        path = real(*args, **kwargs)
+        written.append((str(path), path.read_text()))
+        return path
+
+    monkeypatch.setattr(obsbus.report, "write_report", counting)
+    return written
+
+
+def test_a_finished_run_renders_once(tmp_path, renders):
+    """fit_end writes the page; close does not again: the merged trace the profiler writes at
+    close changes nothing the page shows (the per-rank traces are summed, not the merge)."""
+    from ._runs import train
+
+    train(str(tmp_path), 6)
+    assert (tmp_path / "traces" / "merged_trace.json").is_file()  # written after fit_end
+    assert len(renders) == 1
+    assert renders[0][1] == (tmp_path / "report.html").read_text()
+    assert _status(tmp_path)["status"] == "finished" and _last_step(renders[0][1]) == "6"
+
+
+def test_a_failed_run_ends_with_the_failure_page(tmp_path, renders):
+    from ._runs import train
+
+    with pytest.raises(RuntimeError, match="failed on purpose at batch 4"):
+        train(str(tmp_path), 8, fail_at=4)
+    assert 1 <= len(renders) <= 2  # at exception; again at close only if its files grew
+    last = renders[-1][1]
+    assert "failed on purpose at batch 4" in last and _last_step(last) == "4"
+    assert last == (tmp_path / "report.html").read_text()
+    assert _status(tmp_path)["status"] == "failed"
+
+
+def test_a_run_closed_without_fit_end_renders_once(tmp_path, renders):
+    run = Run(max_duration="5ba", run_folder=tmp_path, loggers=[RunReport(), FileLogger()])
+    run.logger.log_metrics({"loss/train/total": 0.5}, step=1)  # logged, then no fit at all
+    run.close()
+    assert len(renders) == 1
+    assert "closed without fit_end" in renders[0][1] and _last_step(renders[0][1]) == "1"
