@@ -15,13 +15,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from obsbus.values import from_numpy, is_tensor
+from obsbus.values import from_numpy
 
 __all__ = [
     "as_number",
     "hparams_end",
     "hparams_start",
-    "image_arrays",
     "image_summary",
     "markdown_table",
     "perplexity",
@@ -129,61 +128,15 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
-def _to_array(image: Any) -> Any:
-    np = importlib.import_module("numpy")
-    if is_tensor(image):
-        tensor = image.detach().cpu()
-        if tensor.is_floating_point():
-            tensor = tensor.float()
-        return tensor.numpy()
-    return np.asarray(image)
-
-
-def image_arrays(images: Any, channels_last: bool = False) -> list[Any]:
-    """Every image in ``images`` as an ``HxWxC`` uint8 array (C = 1, 3 or 4).
-
-    ``images`` is one image (``HW``, ``CHW`` or, with ``channels_last``,
-    ``HWC``), a batch of them (``NCHW`` / ``NHWC``), or a sequence of
-    images (tensors or arrays); nested lists are read as one array. Floating values are taken to be
-    in ``[0, 1]``; integers in ``[0, 255]``.
-
-    Raises:
-        ValueError: an array that is not an image, with its shape.
-    """
-    np = importlib.import_module("numpy")
-    if isinstance(images, (list, tuple)) and images and hasattr(images[0], "shape"):
-        return [a for image in images for a in image_arrays(image, channels_last)]
-    array = _to_array(images)
-    if array.ndim == 4:
-        return [a for image in array for a in image_arrays(image, channels_last)]
-    if array.ndim == 2:
-        array = array[:, :, None]
-    elif array.ndim == 3 and not channels_last:
-        array = np.transpose(array, (1, 2, 0))
-    if array.ndim != 3 or array.shape[2] not in (1, 3, 4):
-        raise ValueError(
-            f"Can't read an image of shape {tuple(_to_array(images).shape)}: use HW, CHW, "
-            "NCHW, or HWC / NHWC with channels_last=True, with 1, 3 or 4 channels."
-        )
-    if array.dtype == np.bool_:
-        array = array.astype(np.uint8) * 255
-    elif array.dtype != np.uint8:
-        scale = 255.0 if np.issubdtype(array.dtype, np.floating) else 1.0
-        array = np.clip(np.nan_to_num(array.astype(np.float64) * scale), 0, 255)
-        array = np.round(array).astype(np.uint8)
-    return [array]
-
-
 def image_summary(tag: str, array: Any) -> Any:
-    """One PNG-encoded image (``HxWxC`` uint8) as a ``Summary``."""
+    """One PNG-encoded image (``HW`` or ``HWC`` uint8, C = 3 or 4) as a ``Summary``."""
     import io
 
     pil = importlib.import_module("PIL.Image")
     pb = _proto("tensorboard.compat.proto.summary_pb2")
-    channels = array.shape[2]
-    pixels = array[:, :, 0] if channels == 1 else array
+    channels = 1 if array.ndim == 2 else array.shape[2]
     buffer = io.BytesIO()
-    pil.fromarray(pixels).save(buffer, format="PNG")  # L, RGB or RGBA from the shape
+    pil.fromarray(array).save(buffer, format="PNG")  # L, RGB or RGBA from the shape
     image = pb.Summary.Image(
         height=array.shape[0],
         width=array.shape[1],

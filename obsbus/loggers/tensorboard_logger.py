@@ -3,40 +3,22 @@
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
-import time
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from typing_extensions import override
 
-from obsbus._check import check_folder, check_folder_at_init
+from obsbus._check import check_folder
 from obsbus.errors import MissingExtraError
 from obsbus.logger import Logger
-from obsbus.loggers._tensorboard_files import EventFiles
-from obsbus.loggers._tensorboard_summaries import (
-    as_number,
-    hparams_end,
-    hparams_start,
-    image_arrays,
-    image_summary,
-    markdown_table,
-    perplexity,
-    scalar_summary,
-    text_summary,
-)
-from obsbus.loggers._tracker import RunInfo, TrackerDestination
-from obsbus.loggers._tracker_media import hold_images, hold_table, table_rows
+from obsbus.loggers._tensorboard_client import TensorboardClient
+from obsbus.loggers._tracker import ClientAttribute, TrackerDestination, shared_options
 from obsbus.naming import check_placeholders
 from obsbus.state import State
 from obsbus.time import TimeLike
-from obsbus.values import HostValues
 
 __all__ = ["TensorboardLogger"]
-
-log = logging.getLogger("obsbus")
 
 # Primus's log_*_to_tensorboard switches that choose which logged keys are written.
 _FILTERS = (
@@ -132,9 +114,11 @@ class TensorboardLogger(TrackerDestination):
             ``tensorboard_log_interval``; ``"1ba"``, ``"1ep"``, a bare int is
             batches), and the steps the derived keys (above) are taken at.
         flush_interval: batches between flushes to disk (and uploads).
-        rank_zero_only: only rank 0 writes; otherwise every rank, each to ``rank{rank}/``.
+        rank_zero_only: only one rank writes (``logging_rank``); otherwise every rank, each
+            to ``rank{rank}/``.
         queue_size: events written between flushes to disk at most (Primus's
-            ``tensorboard_queue_size``, the SummaryWriter's ``max_queue``).
+            ``tensorboard_queue_size``, the SummaryWriter's ``max_queue``). Not the
+            shared ``max_queue_size``, which bounds the writes waiting for the writer thread.
         log_learning_rate, log_loss_scale, log_timers, log_batch_size, log_memory,
             log_world_size, log_validation_ppl: Primus's ``log_*_to_tensorboard``
             switches; see the list above.
@@ -144,6 +128,8 @@ class TensorboardLogger(TrackerDestination):
             thread (each still at its own step); see
             :class:`~obsbus.loggers._tracker.TrackerDestination`.
         close_timeout: seconds ``close`` waits for the writes before giving up.
+        logging_rank, max_queue_size: see
+            :class:`~obsbus.loggers._tracker.TrackerDestination`.
 
     Example:
         >>> import tempfile
@@ -161,6 +147,10 @@ class TensorboardLogger(TrackerDestination):
     """
 
     extra = "tensorboard"
+    client: TensorboardClient
+    log_dir = ClientAttribute()
+    queue_size = ClientAttribute()
+    log_validation_ppl = ClientAttribute()
 
     def __init__(
         self,
@@ -181,16 +171,18 @@ class TensorboardLogger(TrackerDestination):
         log_git: bool = True,
         write_period: float = 1.0,
         close_timeout: float = 30.0,
+        logging_rank: int | Literal["last"] = 0,
+        max_queue_size: int = 1024,
     ) -> None:
         cls = type(self).__name__
         if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"{cls} log_dir must be a path or None, got {log_dir!r}.")
-        self.log_dir = (
+        folder = (
             None if log_dir is None else check_placeholders(os.fspath(log_dir), f"{cls} log_dir")
         )
-        check_folder(cls, "log_dir", self.log_dir, allow_none=True)  # a file there: now, not at fit
-        self.flush_interval = _check_positive_int(cls, "flush_interval", flush_interval)
-        self.queue_size = _check_positive_int(cls, "queue_size", queue_size)
+        check_folder(cls, "log_dir", folder, allow_none=True)  # a file there: now, not at fit
+        flush_interval = _check_positive_int(cls, "flush_interval", flush_interval)
+        queue_size = _check_positive_int(cls, "queue_size", queue_size)
         switches = {
             "rank_zero_only": rank_zero_only,
             "log_learning_rate": log_learning_rate,
@@ -208,57 +200,30 @@ class TensorboardLogger(TrackerDestination):
                 raise TypeError(f"{cls} {name} must be True or False, got {value!r}.")
         if importlib.util.find_spec("tensorboard") is None:
             raise MissingExtraError(self.extra, cls)
-        super().__init__(
-            log_interval=log_interval,
-            rank_zero_only=rank_zero_only,
-            log_env=log_env,
-            log_git=log_git,
-            write_period=write_period,
-            close_timeout=close_timeout,
+        options = shared_options(locals())
+        dropped = tuple(
+            prefix for switch, prefixes in _FILTERS if not switches[switch] for prefix in prefixes
         )
+        client = TensorboardClient(
+            log_dir=folder,
+            queue_size=queue_size,
+            dropped_prefixes=dropped,
+            log_validation_ppl=log_validation_ppl,
+        )
+        super().__init__(client, **options)
+        self.flush_interval = flush_interval
         self.log_learning_rate = log_learning_rate
         self.log_loss_scale = log_loss_scale
         self.log_timers = log_timers
         self.log_batch_size = log_batch_size
         self.log_memory = log_memory
         self.log_world_size = log_world_size
-        self.log_validation_ppl = log_validation_ppl
-        self._dropped_prefixes = tuple(
-            prefix for switch, prefixes in _FILTERS if not switches[switch] for prefix in prefixes
-        )
         self._derives = log_batch_size or log_world_size
-        self._logger: Logger | None = None
-        self._root: Path | None = None
-        self._reset_client()
-
-    def _reset_client(self) -> None:
-        self._files: EventFiles | None = None
-        self._dir: Path | None = None
-        self._params: dict[str, Any] = {}
-        self._session_started = False
-        self._first_write_done = False
-        self._last_step = 0
-        self._start_time = 0.0
-        self._wanted: dict[str, bool] = {}
-        self._not_numbers: set[str] = set()
 
     @property
     def run_dir(self) -> Path | None:
         """The folder this rank's event files go to (known after ``init``)."""
-        return self._dir
-
-    # ----------------------------------------------------- training thread
-    @override
-    def init(self, state: State, logger: Logger) -> None:
-        self._logger = logger
-        if self.log_dir is None:
-            self._root = state.run_folder.tensorboard_dir
-        else:
-            self._root = state.run_folder.resolve(logger.format_name(self.log_dir))
-        # A relative log_dir (or one with placeholders) is known only now: a file there fails
-        # here, naming it, not on the writer thread at the first event file.
-        check_folder_at_init(type(self).__name__, "log_dir", self._root)
-        super().init(state, logger)
+        return self.client.run_dir
 
     def _derived(self, state: State) -> dict[str, Any]:
         values: dict[str, Any] = {}
@@ -272,143 +237,15 @@ class TensorboardLogger(TrackerDestination):
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
-        if self._derives and self._active and self.log_interval.at_batch_end(state):
-            self._held.append((state.timestamp._batch, self._derived(state)))
+        if self._derives and self.active and self.log_interval.at_batch_end(state):
+            self.log_metrics(self._derived(state), step=state.timestamp._batch)
         super().batch_end(state, logger)
         if state.timestamp._batch % self.flush_interval == 0:
-            self._hand_over_and_flush()  # a flushed event file holds every step up to here
+            self.flush()  # a flushed event file holds every step up to here
 
     @override
     def epoch_end(self, state: State, logger: Logger) -> None:
         epochs = self.log_interval.epochs
-        if self._derives and self._active and epochs and self.log_interval.at_epoch_end(state):
-            self._held.append((state.timestamp._batch, self._derived(state)))
+        if self._derives and self.active and epochs and self.log_interval.at_epoch_end(state):
+            self.log_metrics(self._derived(state), step=state.timestamp._batch)
         super().epoch_end(state, logger)
-
-    @override
-    def log_images(
-        self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
-    ) -> None:
-        if self._active:
-            channels_last = bool(kwargs.get("channels_last", False))
-            # Snapshotted here (detached copies, no sync): the caller may change them next.
-            self._submit(
-                self._write_images, hold_images(images), name, self._step_now(step), channels_last
-            )
-
-    @override
-    def log_traces(self, traces: Mapping[str, Any]) -> None:
-        if self._active:
-            texts = {f"traces/{k}": v for k, v in traces.items()}
-            self._submit(self._write_texts, texts, self._step_now())
-
-    @override
-    def log_table(
-        self,
-        columns: Sequence[str],
-        rows: Sequence[Sequence[Any]],
-        name: str = "Table",
-        step: int | None = None,
-    ) -> None:
-        if self._active:
-            self._submit(
-                self._write_table, list(columns), *hold_table(rows), name, self._step_now(step)
-            )
-
-    # ------------------------------------------------------- writer thread
-    @override
-    def _client_start(self, info: RunInfo) -> None:
-        if self._root is None:
-            raise RuntimeError("TensorboardLogger started before init.")
-        self._reset_client()
-        per_rank = "" if self.rank_zero_only else f"rank{info.rank}"
-        self._dir = self._root / per_rank if per_rank else self._root
-        remote = f"{info.run_name}/tensorboard/" + (per_rank + "/" if per_rank else "")
-        self._files = EventFiles(self._dir, self.queue_size, self._logger, remote)
-        self._start_time = time.time()
-
-    def _write(self, summary: Any, step: int) -> None:
-        assert self._files is not None
-        self._files.write(summary, step)
-
-    def _start_session(self) -> None:
-        """The HParams session record, once, with the parameters known at the first write."""
-        self._first_write_done = True
-        if self._params and not self._session_started:
-            self._session_started = True
-            self._write(hparams_start(self._params, self._start_time), self._last_step)
-
-    def _is_wanted(self, key: str) -> bool:
-        wanted = self._wanted.get(key)
-        if wanted is None:
-            wanted = self._wanted[key] = not key.startswith(self._dropped_prefixes)
-        return wanted
-
-    @override
-    def _client_log_metrics(self, values: dict[str, Any], step: int) -> None:
-        self._last_step = step
-        scalars: dict[str, float] = {}
-        for key, value in values.items():
-            if not self._is_wanted(key):
-                continue
-            number = as_number(value)
-            if number is None:
-                if key not in self._not_numbers:
-                    self._not_numbers.add(key)
-                    log.warning(
-                        "obsbus: TensorboardLogger writes numbers only; %r is a %s and is "
-                        "skipped (reported once per key).",
-                        key,
-                        type(value).__name__,
-                    )
-                continue
-            scalars[key] = number
-            if self.log_validation_ppl and key.startswith("metrics/") and key.endswith("/loss"):
-                scalars[key[: -len("loss")] + "perplexity"] = perplexity(number)
-        if not self._first_write_done:
-            self._start_session()
-        if scalars:
-            self._write(scalar_summary(scalars), step)
-
-    @override
-    def _client_log_params(self, params: dict[str, Any]) -> None:
-        if not self._first_write_done:
-            self._params.update(params)
-            return
-        rows = [[name, value] for name, value in params.items()]
-        self._write(
-            text_summary("hyperparameters", markdown_table(["name", "value"], rows)),
-            self._last_step,
-        )
-
-    @override
-    def _client_set_tags(self, tags: dict[str, str]) -> None:
-        self._client_log_params(dict(tags))
-
-    def _write_texts(self, texts: dict[str, Any], step: int) -> None:
-        for tag, text in texts.items():
-            self._write(text_summary(tag, str(text)), step)
-
-    def _write_table(
-        self, columns: list[str], rows: list[list[Any]], pending: HostValues, name: str, step: int
-    ) -> None:
-        self._write(text_summary(name, markdown_table(columns, table_rows(rows, pending))), step)
-
-    def _write_images(self, images: Any, name: str, step: int, channels_last: bool) -> None:
-        arrays = image_arrays(images, channels_last)
-        for i, array in enumerate(arrays):
-            self._write(image_summary(name if len(arrays) == 1 else f"{name}/{i}", array), step)
-
-    @override
-    def _client_flush(self) -> None:
-        if self._files is not None:
-            self._files.flush(True)  # and hand the event file to upload_file
-
-    @override
-    def _client_finish(self, failed: bool) -> None:
-        if not self._first_write_done:
-            self._start_session()
-        if self._session_started:
-            self._write(hparams_end(failed, time.time()), self._last_step)
-        if self._files is not None:
-            self._files.close()

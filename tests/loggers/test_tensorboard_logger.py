@@ -332,8 +332,11 @@ def test_bad_arguments_fail_at_construction(kwargs, error, match):
 
 @pytest.mark.parametrize("value", [math.nan, math.inf], ids=repr)
 def test_a_close_timeout_that_never_ends_is_refused(value):
-    with pytest.raises(ValueError, match=rf"TensorboardLogger close_timeout must be a finite "
-                                         rf"number of seconds > 0, got {value!r}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"TensorboardLogger close_timeout must be a finite "
+        rf"number of seconds > 0, got {value!r}",
+    ):
         TensorboardLogger(close_timeout=value)
 
 
@@ -341,8 +344,11 @@ def test_a_file_for_log_dir_fails_at_construction(tmp_path):
     """It was found at fit, when the first event file was opened."""
     taken = tmp_path / "taken"
     taken.write_text("a file")
-    with pytest.raises(NotADirectoryError, match=rf"TensorboardLogger log_dir must be a folder, "
-                                                 rf"and {str(taken)!r} is an existing file"):
+    with pytest.raises(
+        NotADirectoryError,
+        match=rf"TensorboardLogger log_dir must be a folder, "
+        rf"and {str(taken)!r} is an existing file",
+    ):
         TensorboardLogger(log_dir=taken)
     with pytest.raises(ValueError, match="is an existing file"):
         TensorboardLogger(log_dir=str(taken))
@@ -366,22 +372,25 @@ def test_importing_the_module_does_not_import_tensorboard():
 
 
 def test_image_shapes_are_read_as_documented():
-    from obsbus.loggers._tensorboard_summaries import image_arrays
+    """The one converter, as TensorBoard calls it: CHW unless told, uint8 pixels."""
+    from obsbus.loggers._images import image_arrays
 
-    hw = image_arrays([[0.0, 1.0], [0.5, 0.25]])  # nested lists: one HW image
-    assert (
-        len(hw) == 1
-        and hw[0].shape == (2, 2, 1)
-        and hw[0][:, :, 0].tolist() == [[0, 255], [128, 64]]
-    )
-    assert [a.shape for a in image_arrays(torch.zeros(2, 3, 4, 5))] == [(4, 5, 3)] * 2
+    def tb_arrays(images: object, channels_last: bool = False) -> list[np.ndarray]:
+        return image_arrays(images, channels_last, uint8=True)
+
+    hw = tb_arrays([[0.0, 1.0], [0.5, 0.25]])  # nested lists: one HW image
+    assert len(hw) == 1 and hw[0].shape == (2, 2) and hw[0].tolist() == [[0, 255], [128, 64]]
+    assert [a.shape for a in tb_arrays(torch.zeros(2, 3, 4, 5))] == [(4, 5, 3)] * 2
     assert [
-        a.shape
-        for a in image_arrays([np.zeros((4, 5, 4)), np.zeros((6, 7, 1))], channels_last=True)
-    ] == [(4, 5, 4), (6, 7, 1)]
-    assert image_arrays(np.array([[True, False]]))[0][:, :, 0].tolist() == [[255, 0]]
+        a.shape for a in tb_arrays([np.zeros((4, 5, 4)), np.zeros((6, 7, 1))], channels_last=True)
+    ] == [(4, 5, 4), (6, 7)]
+    assert tb_arrays(np.array([[True, False]]))[0].tolist() == [[255, 0]]
+    assert tb_arrays(torch.tensor([[0, 7]], dtype=torch.int64))[0].tolist() == [[0, 7]]
     with pytest.raises(ValueError, match=r"Can't read an image of shape \(2, 4, 5\)"):
-        image_arrays(np.zeros((2, 4, 5)))  # 2 channels
+        tb_arrays(np.zeros((2, 4, 5)))  # 2 channels
+    # Without channels_last, W&B, MLflow and Neptune have the layout guessed, floats kept.
+    (guessed,) = image_arrays(torch.full((4, 5, 3), 0.5))
+    assert guessed.shape == (4, 5, 3) and guessed.dtype == np.float32
 
 
 def test_images_and_table_cells_are_snapshotted_when_logged(tmp_path):
@@ -415,8 +424,13 @@ def test_numpy_values_are_scalars_and_numpy_hyperparameters_numbers(tmp_path):
             run.log_metrics(metrics)
     written = scalars(read(tmp_path / "run" / "tensorboard"))
     assert {k: written[k] for k in metrics} == {
-        "f32": [(0, 0.5)], "f64": [(0, 0.25)], "i64": [(0, 7.0)], "flag": [(0, 1.0)],
-        "zero_d": [(0, 1.5)], "one": [(0, 2.0)]}  # fmt: skip (logged in batch 1: step 0)
+        "f32": [(0, 0.5)],
+        "f64": [(0, 0.25)],
+        "i64": [(0, 7.0)],
+        "flag": [(0, 1.0)],
+        "zero_d": [(0, 1.5)],
+        "one": [(0, 2.0)],
+    }  # fmt: skip (logged in batch 1: step 0)
     start = session(read(tmp_path / "run" / "tensorboard")).hparams
     assert {k: hparam(start[k]) for k in hparams} == {
         "lr": 0.5, "layers": 4.0, "tied": False, "sizes": "[1, 2]"}  # fmt: skip
@@ -428,8 +442,11 @@ def test_a_file_for_a_relative_log_dir_fails_at_init(tmp_path, log_dir):
     then, not found on the writer thread when the first event file opens."""
     (tmp_path / "taken").write_text("a file")
     tb = TensorboardLogger(log_dir=log_dir, log_env=False, log_git=False)  # can't be told yet
-    with pytest.raises(NotADirectoryError, match=r"TensorboardLogger log_dir must be a folder, "
-                       rf"and {str(tmp_path / 'taken')!r} is an existing file\. To fix"):
+    with pytest.raises(
+        NotADirectoryError,
+        match=r"TensorboardLogger log_dir must be a folder, "
+        rf"and {str(tmp_path / 'taken')!r} is an existing file\. To fix",
+    ):
         Run(max_duration="1ba", run_name="taken", run_folder=tmp_path, loggers=[tb])
 
 
