@@ -3,44 +3,32 @@
 from __future__ import annotations
 
 import importlib.util
-import logging
 import math
 import os
 import re
-import sys
-import threading
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from typing_extensions import override
 
-from obsbus._held import Handed
-from obsbus.errors import MissingExtraError, TrainingTerminated
+from obsbus.errors import MissingExtraError
 from obsbus.logger import Logger
+from obsbus.loggers._mlflow_client import MLFlowClient
 from obsbus.loggers._mlflow_names import (
-    KeyNames,
     check_tracking_uri,
     is_log_file,
-    is_performance_metric,
     is_trace_file,
     resolve_tracking_uri,
     uri_scheme,
 )
-from obsbus.loggers._mlflow_run import MlflowRun, open_run
 from obsbus.loggers._run_metadata import mask_credentials
-from obsbus.loggers._tracker import RunInfo, TrackerDestination
-from obsbus.loggers._tracker_media import hold_images, hold_table, image_arrays, table_rows
+from obsbus.loggers._tracker import ClientAttribute, TrackerDestination, shared_options
 from obsbus.masking import mask_value
-from obsbus.run_folder import os_user
 from obsbus.state import State
 from obsbus.time import TimeLike
-from obsbus.values import HostValues
 
 __all__ = ["MLFlowLogger"]
-
-log = logging.getLogger("obsbus")
 
 _RUN_ID = re.compile(r"^[a-zA-Z0-9][\w\-]{0,255}$")
 _MAX_EXPERIMENT_NAME = 500
@@ -169,6 +157,19 @@ class MLFlowLogger(TrackerDestination):
     """
 
     extra = "mlflow"
+    client: MLFlowClient
+    experiment_name = ClientAttribute()
+    run_name = ClientAttribute()
+    tags = ClientAttribute()
+    tracking_uri = ClientAttribute()
+    flush_interval = ClientAttribute()
+    synchronous = ClientAttribute()
+    run_group = ClientAttribute()
+    resume = ClientAttribute()
+    artifact_location = ClientAttribute()
+    upload_performance_metrics = ClientAttribute()
+    #: The run logged to: ``run_id`` until a run starts, then that run's id.
+    run_id = ClientAttribute()
 
     def __init__(
         self,
@@ -198,16 +199,7 @@ class MLFlowLogger(TrackerDestination):
         cls = type(self).__name__
         if importlib.util.find_spec("mlflow") is None:
             raise MissingExtraError(self.extra, cls)
-        super().__init__(
-            log_interval=log_interval,
-            rank_zero_only=rank_zero_only,
-            logging_rank=logging_rank,
-            log_env=log_env,
-            log_git=log_git,
-            write_period=write_period,
-            close_timeout=close_timeout,
-            max_queue_size=max_queue_size,
-        )
+        options = shared_options(locals())
         _check_name(cls, "experiment_name", experiment_name, _MAX_EXPERIMENT_NAME)
         _check_name(cls, "run_name", run_name)
         _check_name(cls, "run_group", run_group)
@@ -252,53 +244,49 @@ class MLFlowLogger(TrackerDestination):
                 "rank's metrics. To fix, resume one rank's run, or use resume=True to continue "
                 "each rank's run by its name."
             )
-        self.tracking_uri = check_tracking_uri(cls, tracking_uri)
+        tracking_uri = check_tracking_uri(cls, tracking_uri)
         # An unknown scheme fails only when the client starts, at fit. The schemes MLflow
         # registers, and its plugins' (read from entry points: no client starts).
         from importlib.metadata import entry_points
 
-        uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
         schemes = {"", "file", "databricks", "databricks-uc", "uc", "http", "https", "sqlite",
                    "postgresql", "mysql", "mssql"}  # fmt: skip
         schemes |= {ep.name for ep in entry_points(group="mlflow.tracking_store")}
         if uri_scheme(uri) not in schemes:
-            origin = "" if self.tracking_uri else " (from $MLFLOW_TRACKING_URI)"
+            origin = "" if tracking_uri else " (from $MLFLOW_TRACKING_URI)"
             raise ValueError(
                 f"{cls} tracking_uri {mask_credentials(uri)!r}{origin} has a scheme MLflow has "
                 f"no store for; accepted: {', '.join(sorted(s + ':' for s in schemes if s))} "
                 "or a local path. To fix, use e.g. 'http://127.0.0.1:5000' or "
                 "'sqlite:///path/to/mlflow.db'."
             )
-        self.experiment_name = experiment_name
-        self.run_name = run_name
-        self.tags = mask_value({key: str(value) for key, value in (tags or {}).items()})
-        self.flush_interval = float(flush_interval)
-        self.synchronous = synchronous
-        self.run_group = run_group
-        self.resume = resume
-        self.artifact_location = artifact_location
+        client = MLFlowClient(
+            experiment_name=experiment_name,
+            run_name=run_name,
+            tags=mask_value({key: str(value) for key, value in (tags or {}).items()}),
+            tracking_uri=tracking_uri,
+            flush_interval=float(flush_interval),
+            synchronous=synchronous,
+            run_group=run_group,
+            resume=resume,
+            run_id=run_id,
+            artifact_location=artifact_location,
+            upload_performance_metrics=upload_performance_metrics,
+        )
+        super().__init__(client, **options)
         self.upload_traces = upload_traces
         self.upload_logs = upload_logs
-        self.upload_performance_metrics = upload_performance_metrics
-        #: The run logged to: ``run_id`` until a run starts, then that run's id.
-        self.run_id: str | None = run_id
-        self._resume_id = run_id
-        self._run: MlflowRun | None = None  # the live run (writer thread)
-        self._last_run: MlflowRun | None = None  # the latest, for its counts
-        self._timer: threading.Timer | None = None  # sends a batch when training stalls
 
-    # ------------------------------------------------------------ settings
     @property
     def undelivered_metrics(self) -> int:
         """Metric values of the latest run in batches MLflow did not take (server down, ...)."""
-        run = self._last_run
-        return 0 if run is None else run.undelivered
+        return self.client.undelivered_metrics
 
     @property
     def skipped_values(self) -> int:
         """Metric values of the latest run skipped as not one number (lists, strings, None)."""
-        run = self._last_run
-        return 0 if run is None else run.skipped
+        return self.client.skipped_values
 
     def resolved_tracking_uri(self, run_folder: str | os.PathLike[str], rank: int = 0) -> str:
         """The tracking URI a run in ``run_folder`` logs to (see the class docstring)."""
@@ -314,131 +302,6 @@ class MLFlowLogger(TrackerDestination):
         return self.upload_logs or not is_log_file(remote_file_name)
 
     @override
-    def can_upload_files(self) -> bool:
-        return True
-
-    @override
-    def _check_credentials(self) -> None:
-        if self.tracking_uri and mask_credentials(self.tracking_uri) != self.tracking_uri:
-            log.warning(
-                "obsbus: MLFlowLogger was given credentials inside tracking_uri %r; keep them "
-                "out of code and configs: set MLFLOW_TRACKING_USERNAME and "
-                "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) in the environment.",
-                mask_credentials(self.tracking_uri),
-            )
-        uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
-        if uri_scheme(uri).startswith("databricks") and not os.environ.get("DATABRICKS_HOST"):
-            log.warning(
-                "obsbus: MLFlowLogger logs to %r but DATABRICKS_HOST is not set; MLflow then "
-                "looks for a ~/.databrickscfg profile and fails to start without one. To fix, "
-                "set DATABRICKS_HOST (and DATABRICKS_TOKEN) in the environment.",
-                mask_credentials(uri),
-            )
-
-    # ------------------------------------------------- client (writer thread)
-    @override
-    def _client_start(self, info: RunInfo) -> None:
-        from mlflow import MlflowClient
-
-        uri, artifacts = resolve_tracking_uri(
-            self.tracking_uri, info.run_folder, info.rank, not self.rank_zero_only
-        )
-        if artifacts is not None:
-            artifacts.mkdir(parents=True, exist_ok=True)
-        client = MlflowClient(tracking_uri=uri)
-        name = self.run_name or info.run_name
-        source = Path(sys.argv[0] if sys.argv else "python").name
-        tags = {"mlflow.user": os_user(), "mlflow.source.name": source,
-                "mlflow.source.type": "LOCAL", **self.tags}  # fmt: skip
-        if not self.rank_zero_only:
-            name = f"{name}-rank{info.rank}"
-            tags |= {"run_group": self.run_group or info.run_name, "obsbus.rank": str(info.rank)}
-        experiment = (
-            self.experiment_name or os.environ.get("MLFLOW_EXPERIMENT_NAME") or info.project
-        )
-        location = self.artifact_location or (artifacts.as_uri() if artifacts else None)
-        tag_names = KeyNames("tag")  # the names the run's tags get, at creation and later
-        run, resumed = open_run(client, experiment_name=experiment, run_name=name,
-                                tags={tag_names(k): v for k, v in tags.items()},
-                                run_id=self._resume_id, resume=self.resume,
-                                artifact_location=location)  # fmt: skip
-        self.run_id = run.info.run_id
-        self._run = self._last_run = MlflowRun(
-            client, run.info.run_id, {}, self.synchronous, tag_names
-        )
-        if resumed:
-            self._run.params = dict(run.data.params)
-            client.update_run(run.info.run_id, status="RUNNING")
-            self._run.set_tags(tags)
-        log.info(
-            "obsbus: MLFlowLogger logs to run %s (%r) of experiment %s at %s",
-            run.info.run_id,
-            run.info.run_name,
-            run.info.experiment_id,
-            mask_credentials(uri),
-        )
-
-    def _live(self) -> MlflowRun:
-        if self._run is None:
-            raise RuntimeError("MLFlowLogger: the MLflow run is not started")
-        return self._run
-
-    @override
-    def _client_log_metrics(self, values: dict[str, Any], step: int) -> None:
-        if not self.upload_performance_metrics:
-            values = {k: v for k, v in values.items() if not is_performance_metric(k)}
-        self._live().add_metrics(values, step)
-
-    @override
-    def _write_held(self, handed: Handed) -> None:
-        super()._write_held(handed)
-        run = self._live()
-        run.send(self.flush_interval)
-        if run.pending and (self._timer is None or not self._timer.is_alive()):
-            # If training stalls (a hang, a long eval), what was logged last still goes.
-            wait = self.flush_interval - (time.monotonic() - run.last_send)
-            self._timer = threading.Timer(max(wait, 0.0) + 0.01, self._on_timer)
-            self._timer.daemon = True
-            self._timer.start()
-
-    def _on_timer(self) -> None:
-        run = self._run
-        if run is None:
-            return
-        try:
-            run.send(self.flush_interval)
-        except Exception as exc:  # reported like the writer's own failures
-            self._writer.failures.report(self.name, "send", exc)
-
-    @override
-    def _client_flush(self) -> None:
-        self._live().flush()
-
-    @override
-    def _client_log_params(self, params: dict[str, Any]) -> None:
-        self._live().log_params(params)
-
-    @override
-    def _client_set_tags(self, tags: dict[str, str]) -> None:
-        self._live().set_tags(tags)
-
-    @override
-    def _client_upload_file(self, remote_file_name: str, file_path: Path) -> None:
-        self._live().upload(remote_file_name, file_path)
-
-    @override
-    def _client_finish(self, failed: bool) -> None:
-        run, self._run = self._run, None
-        if self._timer is not None:
-            self._timer.cancel()
-        if run is None:
-            return
-        exc = self._state.exception if self._state is not None else None
-        killed = isinstance(exc, (TrainingTerminated, KeyboardInterrupt))
-        run.finish("KILLED" if failed and killed else "FAILED" if failed else "FINISHED")
-
-    # ------------------------------------------------------ LoggerDestination
-    @override
     def upload_file(
         self, state: State, remote_file_name: str, file_path: Path, *, overwrite: bool = False
     ) -> None:
@@ -446,50 +309,6 @@ class MLFlowLogger(TrackerDestination):
             super().upload_file(state, remote_file_name, file_path, overwrite=overwrite)
 
     @override
-    def log_images(
-        self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
-    ) -> None:
-        if self._active:
-            self._submit(self._write_images, hold_images(images), name, self._step_now(step),
-                         kwargs.get("channels_last"))  # fmt: skip
-
-    def _write_images(self, images: Any, name: str, step: int, channels_last: bool | None) -> None:
-        self._live().log_images(image_arrays(images, channels_last), name, step)
-
-    @override
-    def log_table(
-        self,
-        columns: Sequence[str],
-        rows: Sequence[Sequence[Any]],
-        name: str = "Table",
-        step: int | None = None,
-    ) -> None:
-        if self._active:
-            self._submit(self._write_table, list(columns), *hold_table(rows), name,
-                         self._step_now(step))  # fmt: skip
-
-    def _write_table(
-        self, columns: list[str], rows: list[list[Any]], pending: HostValues, name: str, step: int
-    ) -> None:
-        self._live().log_table(columns, table_rows(rows, pending), name, step)
-
-    @override
     def close(self, state: State, logger: Logger) -> None:
-        started = self._started
         super().close(state, logger)
-        if self._timer is not None:
-            self._timer.cancel()
-        if not started:
-            return
-        if self.undelivered_metrics:
-            log.warning(
-                "obsbus: MLFlowLogger: %d metric value(s) were not delivered to run %s "
-                "(see the first MLFlowLogger error above).",
-                self.undelivered_metrics,
-                self.run_id,
-            )
-        if self.skipped_values:
-            log.warning(
-                "obsbus: MLFlowLogger skipped %d metric value(s) that were not one number.",
-                self.skipped_values,
-            )
+        self.client.stop_timer()  # also when the client did not finish in time
