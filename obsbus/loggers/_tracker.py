@@ -19,8 +19,8 @@ hyperparameters, tables, images, traces, files) and the policy, and calls
 the client through its ``_client_*`` methods (each forwards to the client;
 tests override them to watch or block a call). Each public tracker class is
 a subclass whose ``__init__`` checks its own arguments, builds its client and
-passes the shared options (:data:`SHARED_OPTIONS`, the same names and
-defaults everywhere) through.
+passes the shared options (:data:`SHARED_OPTIONS`: the same names, and the
+same defaults but MLflow's ``logging_rank="last"``) through.
 """
 
 from __future__ import annotations
@@ -388,7 +388,7 @@ class TrackerDestination(LoggerDestination):
         name: str = "Table",
         step: int | None = None,
     ) -> None:
-        if self._active:
+        if self._active and self._has("log_table"):
             self._hand_over()  # metrics held for earlier steps go first
             self._submit(self._send_table, list(columns), *hold_table(rows), name,
                          self._step_now(step))  # fmt: skip
@@ -402,7 +402,7 @@ class TrackerDestination(LoggerDestination):
     def log_images(
         self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
     ) -> None:
-        if self._active:
+        if self._active and self._has("log_images"):
             self._hand_over()
             # Snapshotted here (detached copies, no sync): the caller may change them next.
             self._submit(self._send_images, hold_images(images), name, self._step_now(step),
