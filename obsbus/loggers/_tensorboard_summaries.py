@@ -5,6 +5,23 @@ with TensorBoard's own ``EventFileWriter``; this module makes the
 ``Summary`` protos it writes. ``tensorboard`` (and Pillow, one of its
 dependencies, for PNG encoding) is imported inside the functions, so
 importing this module costs nothing.
+
+Text and the HParams session start come from TensorBoard's own summary API
+(``text_v2.text_pb``, ``hparams.summary_v2.hparams_pb``). Three records are
+built here instead, for reasons measured on 2026-12-03 (2-core VM, tensorboard
+2.21, torch 2.13; ``/tmp`` script, best of 5):
+
+- scalars: TensorBoard's ``scalar_pb`` writes tensor summaries, which
+  ``EventAccumulator.Scalars`` (and every reader of ``simple_value``) does not
+  show; ``torch.utils.tensorboard.summary.scalar`` writes ``simple_value`` but
+  one ``Summary`` per scalar, 35 µs for a step of 5 against 8.4 µs for the one
+  ``Summary`` here, and imports torch (2.0 s in a fresh process) on the
+  writer thread of a destination that needs no torch.
+- the session end: the library's only builder (``hparams.summary.session_end_pb``)
+  imports TensorFlow.
+- images: TensorBoard's ``image_pb`` imports TensorFlow; torch's
+  ``summary.image`` takes 200 µs for a 64x64 RGB image against 158 µs here
+  (both encode with Pillow) and imports torch.
 """
 
 from __future__ import annotations
@@ -47,22 +64,9 @@ def scalar_summary(values: Mapping[str, float]) -> Any:
 
 
 def text_summary(tag: str, text: str) -> Any:
-    """A text-plugin ``Summary`` (Markdown), under exactly ``tag``."""
-    pb = _proto("tensorboard.compat.proto.summary_pb2")
-    tensor_pb = _proto("tensorboard.compat.proto.tensor_pb2")
-    shape_pb = _proto("tensorboard.compat.proto.tensor_shape_pb2")
-    text_pb = _proto("tensorboard.plugins.text.plugin_data_pb2")
-    metadata = pb.SummaryMetadata(
-        plugin_data=pb.SummaryMetadata.PluginData(
-            plugin_name="text", content=text_pb.TextPluginData(version=0).SerializeToString()
-        )
-    )
-    tensor = tensor_pb.TensorProto(
-        dtype="DT_STRING",
-        string_val=[text.encode("utf-8")],
-        tensor_shape=shape_pb.TensorShapeProto(dim=[]),
-    )
-    return pb.Summary(value=[pb.Summary.Value(tag=tag, metadata=metadata, tensor=tensor)])
+    """A text-plugin ``Summary`` (Markdown), under exactly ``tag`` (TensorBoard's ``text_pb``)."""
+    text_v2 = _proto("tensorboard.plugins.text.summary_v2")
+    return text_v2.text_pb(tag, text)
 
 
 def _hparams_summary(tag: str, **data: Any) -> Any:
@@ -79,31 +83,25 @@ def _hparams_summary(tag: str, **data: Any) -> Any:
 
 
 def hparams_start(params: Mapping[str, Any], start_time: float) -> Any:
-    """The HParams plugin's session-start record: one value per parameter.
+    """The HParams plugin's session-start record: one value per parameter (``hparams_pb``).
 
     Booleans, numbers and strings keep their type; anything else (lists,
     ``None``, tensors) is stored as its JSON (or ``str``) text, since the
     plugin takes no other kinds. numpy values count as the Python ones they
     stand for (``np.float32(0.1)`` is a number, an array a list).
     """
-    meta = _proto("tensorboard.plugins.hparams.metadata")
-    plugin_pb = _proto("tensorboard.plugins.hparams.plugin_data_pb2")
-    info = plugin_pb.SessionStartInfo(start_time_secs=start_time)
+    hparams_v2 = _proto("tensorboard.plugins.hparams.summary_v2")
+    values: dict[str, bool | float | str] = {}
     for name, param in params.items():
-        slot = info.hparams[name]
         value = from_numpy(param)
-        if isinstance(value, bool):
-            slot.bool_value = value
-        elif isinstance(value, (int, float)):
-            slot.number_value = float(value)
-        elif isinstance(value, str):
-            slot.string_value = value
+        if isinstance(value, (bool, int, float, str)):
+            values[name] = value
         else:
             try:
-                slot.string_value = json.dumps(value)
+                values[name] = json.dumps(value)
             except (TypeError, ValueError):
-                slot.string_value = str(value)
-    return _hparams_summary(meta.SESSION_START_INFO_TAG, session_start_info=info)
+                values[name] = str(value)
+    return hparams_v2.hparams_pb(values, start_time_secs=start_time)
 
 
 def hparams_end(failed: bool, end_time: float) -> Any:
