@@ -4,14 +4,17 @@ Rank information comes from ``torch.distributed`` once it is initialized and,
 before that (or without it), from the launcher's environment variables
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and
 ``NODE_RANK`` (``GROUP_RANK`` as torchrun sets it is accepted too). torch is
-never imported by this module: if the program has not imported
-``torch.distributed``, it cannot have initialized it.
+never imported when this module is: if the program has not imported
+``torch.distributed``, it cannot have initialized it. Only the two helpers
+that build tensors, :func:`collective_device` and :func:`gather_rows`,
+import torch, when they are called.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,6 +26,8 @@ __all__ = [
     "all_gather_object",
     "all_reduce",
     "barrier",
+    "collective_device",
+    "gather_rows",
     "get_local_rank",
     "get_local_world_size",
     "get_node_rank",
@@ -163,3 +168,60 @@ def barrier() -> None:
     dist = _torch_dist()
     if dist is not None and dist.get_world_size() > 1:
         dist.barrier()
+
+
+def collective_device() -> torch.device:
+    """Where a tensor must live for the process group's collectives.
+
+    This process's GPU (``cuda:<current device>``) when the backend is
+    neither gloo nor MPI (NCCL on NVIDIA, RCCL on AMD, which both go through
+    ``torch.cuda``) and CUDA is available; else, or when ``torch.distributed``
+    is not initialized, the CPU.
+
+    Example:
+        >>> collective_device()  # one process
+        device(type='cpu')
+    """
+    import torch
+
+    tdist = _torch_dist()
+    if tdist is not None:
+        backend = str(tdist.get_backend()).lower()
+        if "gloo" not in backend and "mpi" not in backend and torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def gather_rows(row: Sequence[float], dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Every rank's ``row`` as a ``[world_size, len(row)]`` table in rank order, in one all_reduce.
+
+    Each rank fills its own row of a zero table and the ranks sum the
+    tables: every cell holds one rank's value, so the sum is exact, for ints
+    too. The table lives on :func:`collective_device`. On a GPU backend it
+    goes over with a pinned, non-blocking copy, so building it does not wait
+    for the device, and the result stays there (read it where a sync is
+    due). On gloo, or on one process (a ``[1, len(row)]`` table, no
+    collective), it is a CPU tensor. Every rank must call it, with rows of
+    the same length.
+
+    Args:
+        row: this rank's values.
+        dtype: the table's dtype: float64 by default; ``torch.int64`` for
+            counts or batch numbers that must stay exact past 2**53.
+
+    Example:
+        >>> gather_rows([1.5, 2.0]).tolist()  # one process
+        [[1.5, 2.0]]
+    """
+    import torch
+
+    tdist = _torch_dist()
+    world = int(tdist.get_world_size()) if tdist else 1
+    rank = int(tdist.get_rank()) if tdist else 0
+    dtype = torch.float64 if dtype is None else dtype
+    table = torch.zeros(world, len(row), dtype=dtype)
+    table[rank] = torch.tensor(list(row), dtype=dtype)
+    device = collective_device()
+    if device.type != "cpu":
+        table = table.pin_memory().to(device, non_blocking=True)
+    return all_reduce(table, op="sum")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -175,6 +177,72 @@ def test_barrier_on_one_process():
 
 
 # ---------------------------------------------------------------------------
+# collective_device and gather_rows: the helpers the cross-rank monitors share
+# ---------------------------------------------------------------------------
+
+
+def _fake_group(monkeypatch, backend: str, *, cuda: bool, device: int = 1) -> None:
+    """An initialized process group on ``backend``, and a host with or without CUDA."""
+    group = SimpleNamespace(get_backend=lambda: backend, get_world_size=lambda: 2,
+                            get_rank=lambda: 0)  # fmt: skip
+    monkeypatch.setattr(dist, "_torch_dist", lambda: group)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: device)
+
+
+def test_collective_device_without_a_process_group_is_the_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU alone changes nothing
+    assert dist.collective_device() == torch.device("cpu")
+
+
+@pytest.mark.parametrize(
+    ("backend", "cuda", "expected"),
+    [
+        ("nccl", True, torch.device("cuda", 1)),
+        ("NCCL", True, torch.device("cuda", 1)),
+        ("rccl", True, torch.device("cuda", 1)),
+        ("nccl", False, torch.device("cpu")),
+        ("gloo", True, torch.device("cpu")),
+        ("mpi", True, torch.device("cpu")),
+        ("cpu:gloo,cuda:nccl", True, torch.device("cpu")),
+    ],
+    ids=["nccl", "nccl-upper", "rccl", "nccl-no-cuda", "gloo", "mpi", "gloo-and-nccl"],
+)
+def test_collective_device_follows_the_backend(monkeypatch, backend, cuda, expected):
+    _fake_group(monkeypatch, backend, cuda=cuda)
+    assert dist.collective_device() == expected
+
+
+def test_gather_rows_on_one_process_is_this_row():
+    table = dist.gather_rows([1.5, 2, -3.25])
+    assert table.dtype == torch.float64
+    assert table.device == torch.device("cpu")
+    assert table.tolist() == [[1.5, 2.0, -3.25]]
+
+
+def test_gather_rows_keeps_large_ints_exact():
+    big = 2**62 + 1  # float64 would round it
+    table = dist.gather_rows([big, 7], torch.int64)
+    assert table.dtype == torch.int64
+    assert table.tolist() == [[big, 7]]
+
+
+def test_gather_rows_ignores_a_launcher_world_size_without_a_group(monkeypatch):
+    _setenv(monkeypatch, RANK="1", WORLD_SIZE="4")  # no process group: nobody to gather from
+    assert dist.gather_rows([5.0]).tolist() == [[5.0]]
+
+
+def test_dist_does_not_import_torch_at_import():
+    import subprocess
+    import sys
+
+    code = "import sys, obsbus.dist; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)  # fmt: skip
+    assert result.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------------------
 # Two real ranks (gloo on loopback, file:// rendezvous)
 # ---------------------------------------------------------------------------
 
@@ -215,6 +283,11 @@ def _rank_info_and_collectives(rank: int) -> dict:
         out["int_mean"] = (type(exc).__name__, str(exc), ints.tolist())
 
     out["gathered"] = dist.all_gather_object({"rank": rank, "tag": f"r{rank}"})
+    out["collective_device"] = str(dist.collective_device())
+    rows = dist.gather_rows([rank + 0.5, 10.0 * rank, -1.0 - rank])
+    out["rows"] = (rows.tolist(), str(rows.dtype), str(rows.device))
+    ints = dist.gather_rows([2**62 - rank, rank], torch.int64)
+    out["int_rows"] = (ints.tolist(), str(ints.dtype))
     out["barrier"] = dist.barrier()
     return out
 
@@ -290,6 +363,19 @@ def test_two_ranks_all_gather_object_in_rank_order(two_ranks):
     for out in two_ranks:
         assert out["gathered"] == expected
         assert out["barrier"] is None
+
+
+@pytest.mark.dist
+def test_two_ranks_collective_device_on_gloo_is_the_cpu(two_ranks):
+    for out in two_ranks:
+        assert out["collective_device"] == "cpu"
+
+
+@pytest.mark.dist
+def test_two_ranks_gather_rows_in_rank_order(two_ranks):
+    for out in two_ranks:
+        assert out["rows"] == ([[0.5, 0.0, -1.0], [1.5, 10.0, -2.0]], "torch.float64", "cpu")
+        assert out["int_rows"] == ([[2**62, 0], [2**62 - 1, 1]], "torch.int64")
 
 
 def _fail_on_rank_one(rank: int, message: str) -> int:

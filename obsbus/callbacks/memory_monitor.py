@@ -6,8 +6,8 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from typing_extensions import override
 
@@ -18,9 +18,6 @@ from obsbus.interval import LogInterval
 from obsbus.logger import Logger
 from obsbus.state import State
 from obsbus.time import TimeLike
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = ["MemoryMonitor", "cuda_memory_report"]
 
@@ -132,37 +129,8 @@ def host_memory_report() -> dict[str, float]:
     return report
 
 
-def _collective_device() -> torch.device:
-    """Where a tensor must live for the process group's backend (NCCL/RCCL: this GPU)."""
-    import torch
-
-    if dist.is_initialized():
-        import torch.distributed as tdist
-
-        backend = str(tdist.get_backend()).lower()
-        if "gloo" not in backend and "mpi" not in backend and torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def _gather_rows(row: Sequence[float]) -> torch.Tensor:
-    """Every rank's ``row`` as a ``[world_size, len(row)]`` float64 table, in one all_reduce.
-
-    Each rank fills its own row of a zero table and the ranks sum them. On a
-    GPU backend the table goes over with a pinned, non-blocking copy, so
-    building it does not wait for the device.
-    """
-    import torch
-
-    initialized = dist.is_initialized()
-    world = dist.get_world_size() if initialized else 1
-    rank = dist.get_rank() if initialized else 0
-    table = torch.zeros(world, len(row), dtype=torch.float64)
-    table[rank] = torch.tensor(list(row), dtype=torch.float64)
-    device = _collective_device()
-    if device.type != "cpu":
-        table = table.pin_memory().to(device, non_blocking=True)
-    return dist.all_reduce(table, op="sum")
+# rocm_smi_monitor imports the helper from here; new code calls obsbus.dist.gather_rows.
+_gather_rows = dist.gather_rows
 
 
 def _is_oom(exc: BaseException | None, oom: type[BaseException]) -> bool:
@@ -345,7 +313,7 @@ class MemoryMonitor(Callback):
         report = self._report(state)
         metrics: dict[str, Any] = dict(report)
         if report and self._reduces(state):
-            table = _gather_rows([float(v) for v in report.values()])
+            table = dist.gather_rows([float(v) for v in report.values()])
             stats = (table.amin(0), table.mean(0), table.amax(0))
             columns: list[Any] = [
                 s.tolist() if s.device.type == "cpu" else list(s.unbind()) for s in stats

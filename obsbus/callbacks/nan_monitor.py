@@ -391,7 +391,11 @@ class NaNMonitor(Callback):
                 local[key[0]] = min(local[key[0]], first)
                 self._flags[key].fill_(NONE_BAD)
         local["loss"] = min(local["loss"], KeptLosses.first_bad(taken, values))
-        rows = _gather_rows([local[s] for s in SOURCES]) if world > 1 else [list(local.values())]
+        rows: list[list[int]] = [list(local.values())]
+        if world > 1:  # every rank's first bad batches, exact: an int64 table
+            import torch
+
+            rows = dist.gather_rows([local[s] for s in SOURCES], torch.int64).tolist()
         batch = min(min(row) for row in rows)
         if batch == NONE_BAD:
             return
@@ -411,17 +415,3 @@ class NaNMonitor(Callback):
             log.warning("%s Stopping training after this batch (on_nan='stop').", error)
         else:
             log.warning("%s", error)
-
-
-def _gather_rows(row: list[int]) -> list[list[int]]:
-    """Every rank's ``row``, in rank order: one all_reduce of a ``[world_size, len(row)]`` table."""
-    import torch
-    import torch.distributed as tdist
-
-    table = torch.full((dist.get_world_size(), len(row)), NONE_BAD, dtype=torch.int64)
-    table[dist.get_rank()] = torch.tensor(row, dtype=torch.int64)
-    backend = str(tdist.get_backend()).lower()
-    if "gloo" not in backend and "mpi" not in backend and torch.cuda.is_available():
-        table = table.to(torch.device("cuda", torch.cuda.current_device()))  # NCCL/RCCL
-    rows: list[list[int]] = dist.all_reduce(table, op="min").tolist()
-    return rows

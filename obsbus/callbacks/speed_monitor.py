@@ -9,7 +9,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from typing_extensions import override
 
@@ -24,9 +24,6 @@ from obsbus.logger import Logger
 from obsbus.state import State
 from obsbus.time import TimeLike
 from obsbus.values import is_tensor, to_host
-
-if TYPE_CHECKING:
-    import torch
 
 __all__ = ["SpeedMonitor"]
 
@@ -83,33 +80,17 @@ def _device_info(state: State) -> tuple[str, int] | None:
     return str(props.name), int(props.multi_processor_count)
 
 
-def _collective_device() -> torch.device:
-    """Where a tensor must live for the process group's backend (NCCL/RCCL: this GPU)."""
-    import torch
-    import torch.distributed as tdist
-
-    backend = str(tdist.get_backend()).lower()
-    if "gloo" not in backend and "mpi" not in backend and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def _reduce(row: Sequence[float]) -> dict[str, Any]:
     """One all_reduce of every rank's row ``[samples, tokens, flops, window s, interval s,
     interval batches]``: sums, the slowest window, and the slowest and fastest step time.
 
-    Each rank fills its own row of a zero ``[world_size, 6]`` float64 table and the ranks
-    sum the tables. On a GPU backend the table goes over with a pinned, non-blocking copy
-    and the results stay on the device (tensors: no sync here); on gloo they are numbers.
+    The ``[world_size, 6]`` float64 table comes from :func:`obsbus.dist.gather_rows`. On a
+    GPU backend the results stay on the device (tensors: no sync here); on gloo they are
+    numbers.
     """
     import torch
 
-    table = torch.zeros(dist.get_world_size(), len(row), dtype=torch.float64)
-    table[dist.get_rank()] = torch.tensor(list(row), dtype=torch.float64)
-    device = _collective_device()
-    if device.type != "cpu":
-        table = table.pin_memory().to(device, non_blocking=True)
-    table = dist.all_reduce(table, op="sum")
+    table = dist.gather_rows(row)
     timed = table[:, 5] > 0
     step = table[:, 4] / table[:, 5].clamp(min=1.0)
     slowest = torch.where(timed, step, -math.inf)
@@ -122,7 +103,7 @@ def _reduce(row: Sequence[float]) -> dict[str, Any]:
         "step_min": torch.where(timed, step, math.inf).amin(),
         "slowest_rank": slowest.argmax(),
     }
-    return to_host(out) if device.type == "cpu" else out
+    return to_host(out) if table.device.type == "cpu" else out
 
 
 class SpeedMonitor(Callback):
