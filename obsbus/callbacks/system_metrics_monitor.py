@@ -9,12 +9,14 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from typing_extensions import override
 
 from obsbus import dist
+from obsbus._host_probe import GB as GB  # the unit of the *_gb keys, as before
+from obsbus._host_probe import MB as MB
+from obsbus._host_probe import HostProbe, IoCounters, io_rates
 from obsbus.callback import Callback
 from obsbus.callbacks._gpu_probes import (
     GpuProbe,
@@ -32,46 +34,6 @@ from obsbus.time import TimeLike
 __all__ = ["IoCounters", "SystemMetricsMonitor", "across_ranks", "io_rates"]
 
 THREAD_NAME = "obsbus-system-metrics"
-GB = 1e9
-MB = 1e6
-_RATES = (
-    ("system/disk_read_mb_per_s", "disk_read_bytes"),
-    ("system/disk_write_mb_per_s", "disk_write_bytes"),
-    ("system/net_sent_mb_per_s", "net_sent_bytes"),
-    ("system/net_recv_mb_per_s", "net_recv_bytes"),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class IoCounters:
-    """Cumulative byte counters at ``time_s`` (monotonic seconds); ``None`` where unknown."""
-
-    time_s: float
-    disk_read_bytes: int | None = None
-    disk_write_bytes: int | None = None
-    net_sent_bytes: int | None = None
-    net_recv_bytes: int | None = None
-
-
-def io_rates(before: IoCounters, after: IoCounters) -> dict[str, float]:
-    """The disk and network rates between two readings, in MB/s (1e6 bytes per second).
-
-    A counter unknown at either end, or that went backwards (reset), gives no key.
-
-    Example:
-        >>> io_rates(IoCounters(10.0, disk_read_bytes=0, net_sent_bytes=5_000_000),
-        ...          IoCounters(12.0, disk_read_bytes=3_000_000, net_sent_bytes=9_000_000))
-        {'system/disk_read_mb_per_s': 1.5, 'system/net_sent_mb_per_s': 2.0}
-    """
-    seconds = after.time_s - before.time_s
-    if seconds <= 0:
-        return {}
-    rates: dict[str, float] = {}
-    for key, field in _RATES:
-        start, end = getattr(before, field), getattr(after, field)
-        if start is not None and end is not None and end >= start:
-            rates[key] = (end - start) / MB / seconds
-    return rates
 
 
 def across_ranks(gathered: Sequence[Mapping[str, float]], per_rank: bool) -> dict[str, float]:
@@ -122,80 +84,23 @@ class _Notes:
             warnings.warn(f"SystemMetricsMonitor: {message}", ObsbusWarning, stacklevel=4)
 
 
-class _Host:
-    """psutil readings; a source that raises is reported once and left out after."""
+def _probe(psutil: Any, note: Note, clock: Callable[[], float] = time.monotonic) -> HostProbe:
+    """The monitor's host readings: CPU, memory and this process (CPU and RSS) as three sources."""
 
-    def __init__(
-        self, psutil: Any, note: Note, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._ps = psutil
-        self._clock = clock
-        self._process = psutil.Process()
-        self._note = note
-        self._off: set[str] = set()
-
-    def _try(self, source: str, read: Callable[[], Any]) -> Any:
-        if source in self._off:
-            return None
-        try:
-            return read()
-        except Exception as exc:
-            self._off.add(source)
-            self._note(
-                f"psutil-{source}",
-                f"psutil could not read {source} ({describe(exc)}); its keys are left out now.",
-            )
-            return None
-
-    def prime(self) -> None:
-        # cpu_percent(None) measures since the previous call on this thread.
-        self._try("cpu", lambda: self._ps.cpu_percent(None))
-        self._try("process", lambda: self._process.cpu_percent(None))
-
-    def gauges(self) -> dict[str, float]:
-        ps, process = self._ps, self._process
-        out: dict[str, float] = {}
-        cpu = self._try("cpu", lambda: ps.cpu_percent(None))
-        if cpu is not None:
-            out["system/cpu_percent"] = float(cpu)
-        vm = self._try("memory", ps.virtual_memory)
-        if vm is not None:
-            out["system/memory_used_gb"] = (vm.total - vm.available) / GB
-            out["system/memory_percent"] = float(vm.percent)
-        readings = self._try("process", lambda: (process.cpu_percent(None), process.memory_info()))
-        if readings is not None:
-            out["system/process_cpu_percent"] = float(readings[0])
-            out["system/process_rss_gb"] = readings[1].rss / GB
-        return out
-
-    def counters(self) -> IoCounters:
-        disk = self._try("disk", self._ps.disk_io_counters)
-        net = self._try("network", self._network)
-        return IoCounters(
-            self._clock(),
-            None if disk is None else int(disk.read_bytes),
-            None if disk is None else int(disk.write_bytes),
-            None if net is None else net[0],
-            None if net is None else net[1],
+    def on_failure(source: str, exc: BaseException) -> None:
+        note(
+            f"psutil-{source}",
+            f"psutil could not read {source} ({describe(exc)}); its keys are left out now.",
         )
 
-    def _network(self) -> tuple[int, int] | None:
-        nics = [c for n, c in self._ps.net_io_counters(pernic=True).items() if not _loopback(n)]
-        if not nics:
-            return None
-        return sum(c.bytes_sent for c in nics), sum(c.bytes_recv for c in nics)
-
-
-def _loopback(name: str) -> bool:
-    """``lo`` (Linux), ``lo0`` (macOS), ``Loopback Pseudo-Interface 1`` (Windows)."""
-    prefix, rest = name[:2], name[2:]
-    return name.lower().startswith("loopback") or (prefix == "lo" and (not rest or rest.isdigit()))
+    gauges = {"cpu": ("cpu",), "memory": ("memory",), "process": ("process_cpu", "process_memory")}
+    return HostProbe(psutil, gauges, disk="disk", net="network", on_failure=on_failure, clock=clock)
 
 
 class _Sampler:
     """The daemon thread: a sample every ``interval`` s, summed into the current window."""
 
-    def __init__(self, host: _Host, gpu: GpuSource | None, interval: float, note: Note) -> None:
+    def __init__(self, host: HostProbe, gpu: GpuSource | None, interval: float, note: Note) -> None:
         self._host, self._gpu, self._interval, self._note = host, gpu, interval, note
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -451,7 +356,7 @@ class SystemMetricsMonitor(Callback):
                 self._turn_gpu_off,
             )
         sampler = _Sampler(
-            _Host(self._psutil, self._notes), gpu, self.sample_interval_s, self._notes
+            _probe(self._psutil, self._notes), gpu, self.sample_interval_s, self._notes
         )
         try:
             sampler.thread.start()

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
+from obsbus._host_probe import GB as GB  # the unit of the *_gb counters, as before
+from obsbus._host_probe import MB as MB
+from obsbus._host_probe import HostProbe, IoCounters, io_rates
 from obsbus.callback import Callback
 from obsbus.errors import ObsbusWarning
 from obsbus.profiler.profiler_action import ProfilerAction
@@ -24,89 +27,57 @@ if TYPE_CHECKING:
 __all__ = ["SystemProfiler"]
 
 THREAD_NAME = "obsbus-system-profiler"
-GB = 1e9
-MB = 1e6
 _CATEGORIES = ("system",)
 # Composer's counters are markers with the default actions: warm-up batches record too.
 _RECORDING = (ProfilerAction.WARMUP, ProfilerAction.ACTIVE, ProfilerAction.ACTIVE_AND_SAVE)
 _SAVE = ProfilerAction.ACTIVE_AND_SAVE
 _MAX_PENDING = 10_000  # samples held between two batch ends (~80 min at 0.5 s)
-# The rates, in the order of _Readings._counters.
-_RATES = (
-    "system/disk_read_mb_per_s",
-    "system/disk_write_mb_per_s",
-    "system/net_sent_mb_per_s",
-    "system/net_recv_mb_per_s",
-)
 
 
 class _Readings:
-    """psutil readings for one window; a source that raises is reported once and left out."""
+    """One sampling thread's readings: the asked-for sources, rates since the previous sample.
+
+    Failures are appended to ``failures`` on the sampler thread and warned from the training
+    one; a source that raised is left out after.
+    """
 
     def __init__(self, psutil: Any, sources: frozenset[str], clock: Callable[[], float]) -> None:
-        self._ps, self._clock = psutil, clock
-        self._process = psutil.Process()
-        self._on = set(sources)
-        self.failures: list[str] = []  # appended on the sampler thread, read on the training one
-        self._io: tuple[float, list[int | None]] | None = None
+        self.failures: list[str] = []
+        gauges = {
+            source: readings
+            for source, readings in (
+                ("cpu", ("cpu", "process_cpu")),
+                ("memory", ("memory", "process_memory")),
+            )
+            if source in sources
+        }
+        self._probe = HostProbe(
+            psutil,
+            gauges,
+            disk="disk" if "disk" in sources else None,
+            net="net" if "net" in sources else None,
+            on_failure=self._failed,
+            clock=clock,
+        )
+        self._io: IoCounters | None = None
 
-    def _try(self, source: str, read: Callable[[], Any]) -> Any:
-        if source not in self._on:
-            return None
-        try:
-            return read()
-        except Exception as exc:
-            self._on.discard(source)
-            self.failures.append(f"psutil could not read {source} ({type(exc).__name__}: {exc})")
-            return None
+    def _failed(self, source: str, exc: BaseException) -> None:
+        self.failures.append(f"psutil could not read {source} ({type(exc).__name__}: {exc})")
 
     def baseline(self) -> None:
         """Start the window: CPU percentages and byte rates count from now."""
-        self._try("cpu", lambda: (self._ps.cpu_percent(None), self._process.cpu_percent(None)))
-        self._io = (self._clock(), self._counters())
-
-    def _counters(self) -> list[int | None]:
-        disk = self._try("disk", self._ps.disk_io_counters)  # None: no disks (a container)
-        net = self._try("net", lambda: self._ps.net_io_counters(pernic=True))
-        nics = [c for name, c in (net or {}).items() if not _loopback(name)]
-        return [
-            None if disk is None else int(disk.read_bytes),
-            None if disk is None else int(disk.write_bytes),
-            sum(c.bytes_sent for c in nics) if nics else None,
-            sum(c.bytes_recv for c in nics) if nics else None,
-        ]
+        self._probe.prime()
+        self._io = self._probe.counters()
 
     def read(self) -> dict[str, float]:
         """One sample: ``counter name -> value`` (units in the names)."""
-        out: dict[str, float] = {}
-        cpu = self._try(
-            "cpu", lambda: (self._ps.cpu_percent(None), self._process.cpu_percent(None))
-        )
-        if cpu is not None:
-            out["system/cpu_percent"] = float(cpu[0])
-            out["system/process_cpu_percent"] = float(cpu[1])
-        memory = self._try(
-            "memory", lambda: (self._ps.virtual_memory(), self._process.memory_info())
-        )
-        if memory is not None:
-            vm, mine = memory
-            out["system/memory_used_gb"] = (vm.total - vm.available) / GB
-            out["system/memory_percent"] = float(vm.percent)
-            out["system/process_rss_gb"] = mine.rss / GB
-        if self._on & {"disk", "net"}:
-            now, counters = self._clock(), self._counters()
-            if self._io is not None and now > self._io[0]:
-                for name, start, end in zip(_RATES, self._io[1], counters, strict=True):
-                    if start is not None and end is not None and end >= start:  # not a reset
-                        out[name] = (end - start) / MB / (now - self._io[0])
-            self._io = (now, counters)
+        out = self._probe.gauges()
+        if self._probe.reads_io:
+            counters = self._probe.counters()
+            if self._io is not None:
+                out.update(io_rates(self._io, counters))
+            self._io = counters
         return out
-
-
-def _loopback(name: str) -> bool:
-    """``lo`` (Linux), ``lo0`` (macOS), ``Loopback Pseudo-Interface 1`` (Windows)."""
-    prefix, rest = name[:2], name[2:]
-    return name.lower().startswith("loopback") or (prefix == "lo" and (not rest or rest.isdigit()))
 
 
 class SystemProfiler(Callback):
