@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import math
-import numbers
-import sys
 import time
-import warnings
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from typing_extensions import override
@@ -16,14 +11,15 @@ from typing_extensions import override
 from obsbus import dist
 from obsbus.callback import Callback
 from obsbus.callbacks._flops_source import FlopsSource
-from obsbus.callbacks._peak_flops import PRECISIONS, peak_flops, precision_of
+from obsbus.callbacks._mfu import MfuLookup, check_peak
+from obsbus.callbacks._peak_flops import PRECISIONS
+from obsbus.callbacks._throughput import ThroughputWindow, rates
+from obsbus.callbacks._throughput_ranks import reduce_window, step_times
 from obsbus.callbacks._time_units import seconds_per_unit
-from obsbus.errors import ObsbusWarning
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger
 from obsbus.state import State
 from obsbus.time import TimeLike
-from obsbus.values import is_tensor, to_host
 
 __all__ = ["SpeedMonitor"]
 
@@ -34,76 +30,6 @@ HOUR = 3600.0
 """Seconds in an hour: ``time/*`` keys are in hours by default, as Composer logs them."""
 
 _SUPPORTED = ", ".join(PRECISIONS)
-
-
-def _check_peak(value: object) -> float | None:
-    """``gpu_flops_available`` as a float, or a TypeError/ValueError that says what is accepted."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            "SpeedMonitor gpu_flops_available must be a number of FLOP/s per device "
-            f"(e.g. 989e12) or None, got {value!r}."
-        )
-    peak = float(value)
-    if not math.isfinite(peak) or peak < 1e9:
-        raise ValueError(
-            "SpeedMonitor gpu_flops_available must be the peak FLOP/s of one device, "
-            f"e.g. 989e12 for an H100 in bf16; got {value!r}. To fix, give FLOP/s, not "
-            "TFLOP/s (989e12, not 989)."
-        )
-    return peak
-
-
-def _device_type(state: State) -> str:
-    device = state.device
-    return str(getattr(device, "type", device or "cuda")).split(":")[0]
-
-
-def _device_info(state: State) -> tuple[str, int] | None:
-    """``(name, multiprocessor count)`` of the run's GPU, or ``None`` off a GPU (host queries)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    device = state.device
-    parameters = getattr(state.model, "parameters", None)
-    if device is None and callable(parameters):
-        device = getattr(next(iter(parameters()), None), "device", None)
-    if device is None or not torch.cuda.is_available():
-        return None
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    props = torch.cuda.get_device_properties(
-        device.index if device.index is not None else torch.cuda.current_device()
-    )
-    return str(props.name), int(props.multi_processor_count)
-
-
-def _reduce(row: Sequence[float]) -> dict[str, Any]:
-    """One all_reduce of every rank's row ``[samples, tokens, flops, window s, interval s,
-    interval batches]``: sums, the slowest window, and the slowest and fastest step time.
-
-    The ``[world_size, 6]`` float64 table comes from :func:`obsbus.dist.gather_rows`. On a
-    GPU backend the results stay on the device (tensors: no sync here); on gloo they are
-    numbers.
-    """
-    import torch
-
-    table = dist.gather_rows(row)
-    timed = table[:, 5] > 0
-    step = table[:, 4] / table[:, 5].clamp(min=1.0)
-    slowest = torch.where(timed, step, -math.inf)
-    out = {
-        "samples": table[:, 0].sum(),
-        "tokens": table[:, 1].sum(),
-        "flops": table[:, 2].sum(),
-        "seconds": table[:, 3].amax(),
-        "step_max": slowest.amax(),
-        "step_min": torch.where(timed, step, math.inf).amin(),
-        "slowest_rank": slowest.argmax(),
-    }
-    return to_host(out) if table.device.type == "cpu" else out
 
 
 class SpeedMonitor(Callback):
@@ -231,7 +157,7 @@ class SpeedMonitor(Callback):
             )
         if window_size < 1:
             raise ValueError(f"SpeedMonitor window_size must be >= 1 batch, got {window_size!r}.")
-        gpu_flops_available = _check_peak(gpu_flops_available)
+        gpu_flops_available = check_peak(gpu_flops_available)
         self._divider = seconds_per_unit("SpeedMonitor", time_unit)
         self.time_unit = time_unit
         if flops_per_batch is not None and not callable(flops_per_batch):
@@ -250,13 +176,7 @@ class SpeedMonitor(Callback):
         self.precision = precision
         self.log_interval = LogInterval(log_interval, "SpeedMonitor log_interval")
         self._served = self._loaded = False  # a run began; load_state_dict since
-        # (seconds, samples, tokens, flops or None) of each batch in the window.
-        # The window as parallel deques, so each sum is one C-level call (bench finding M4).
-        self._seconds: deque[float] = deque(maxlen=window_size)
-        self._samples: deque[int] = deque(maxlen=window_size)
-        self._tokens: deque[int] = deque(maxlen=window_size)
-        self._flops: deque[float] = deque(maxlen=window_size)
-        self._flops_missing: deque[bool] = deque(maxlen=window_size)
+        self._window = ThroughputWindow(window_size)
         self._flops_source = FlopsSource(flops_per_batch)
         self._mark: float | None = None  # end of the previous batch, moved past any eval
         self._warm_up = False
@@ -266,11 +186,7 @@ class SpeedMonitor(Callback):
         self._eval_began = 0.0
         self._interval_seconds = 0.0
         self._interval_batches = 0
-        self._detect = precision is None and gpu_flops_available is None
-        self._detected: str | None = None
-        self._peak: float | None = gpu_flops_available
-        self._peak_resolved = gpu_flops_available is not None
-        self._warned_mfu = False
+        self._mfu = MfuLookup(gpu_flops_available, precision)
 
     # ---------------------------------------------------------------- hooks
     @override
@@ -278,20 +194,14 @@ class SpeedMonitor(Callback):
         # A new run (one instance may serve several, one after another): nothing of the
         # last one's window or time carries over. A resumed run's time comes back through
         # load_state_dict, after init.
-        for window in (self._seconds, self._samples, self._tokens, self._flops):
-            window.clear()
-        self._flops_missing.clear()
+        self._window.reset()
         if self._served and not self._loaded:  # totals given by load_state_dict stay
             self._train_seconds = self._eval_seconds = 0.0
         self._served, self._loaded = True, False
         self._interval_seconds = 0.0
         self._interval_batches = 0
         self._mark = None
-        self._detect = self.precision is None and self.gpu_flops_available is None
-        self._detected = None
-        self._peak = self.gpu_flops_available
-        self._peak_resolved = self.gpu_flops_available is not None
-        self._warned_mfu = False
+        self._mfu.reset(self.gpu_flops_available, self.precision)
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:
@@ -303,9 +213,7 @@ class SpeedMonitor(Callback):
 
     @override
     def after_forward(self, state: State, logger: Logger) -> None:
-        if self._detect:
-            self._detect = False
-            self._detected = precision_of(state.model, _device_type(state))
+        self._mfu.after_forward(state)
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
@@ -318,11 +226,7 @@ class SpeedMonitor(Callback):
                 self._warm_up = False
             else:
                 flops = self._flops_source(state)
-                self._seconds.append(seconds)
-                self._samples.append(state.batch_num_samples)
-                self._tokens.append(state.batch_num_tokens)
-                self._flops.append(flops or 0.0)
-                self._flops_missing.append(flops is None)
+                self._window.add(seconds, state.batch_num_samples, state.batch_num_tokens, flops)
                 self._interval_seconds += seconds
                 self._interval_batches += 1
         if self.log_interval.at_batch_end(state):
@@ -405,19 +309,15 @@ class SpeedMonitor(Callback):
         }
 
     def _log(self, state: State, logger: Logger) -> None:
-        batches = len(self._seconds)
-        full = batches == self.window_size
-        seconds = math.fsum(self._seconds) if full else 0.0
-        samples = sum(self._samples) if full else 0
-        tokens = sum(self._tokens) if full else 0
-        has_flops = full and not any(self._flops_missing)
-        flops = math.fsum(self._flops) if has_flops else 0.0
+        totals = self._window.totals()  # None until the window is full
         world = dist.get_world_size() if dist.is_initialized() else 1
         metrics: dict[str, Any] = {}
+        summed: dict[str, Any] | None = None  # this rank's own on one process
         if world > 1:
-            row = [samples, tokens, flops, seconds, self._interval_seconds, self._interval_batches]
+            t = totals
+            row: list[float] = [t.samples, t.tokens, t.flops or 0.0, t.seconds] if t else [0.0] * 4
             began = _clock()
-            reduced = _reduce(row)
+            summed = reduce_window([*row, self._interval_seconds, self._interval_batches])
             # Waiting here for slower ranks is wall time, but no batch's: charged to the
             # next batch, it would make a fast rank look as slow as the straggler.
             waited = _clock() - began
@@ -425,84 +325,15 @@ class SpeedMonitor(Callback):
             if self._mark is not None:
                 self._mark += waited
             if self._interval_batches:
-                metrics.update(self._step_times(reduced))
-        else:
-            reduced = {"samples": samples, "tokens": tokens, "flops": flops, "seconds": seconds}
+                metrics.update(step_times(summed))
         self._interval_seconds, self._interval_batches = 0.0, 0
-        if full and seconds > 0:  # the slowest rank's seconds are at least this rank's
-            elapsed = reduced["seconds"]
-            rates = {"batches": batches / elapsed, "samples": reduced["samples"] / elapsed}
-            if tokens:
-                rates["tokens"] = reduced["tokens"] / elapsed
-            if has_flops:
-                rates["flops"] = reduced["flops"] / elapsed
-            for name, rate in rates.items():
+        if totals is not None:
+            found = rates(totals, summed)
+            for name, rate in found.items():
                 metrics[f"throughput/{name}_per_sec"] = rate
                 metrics[f"throughput/device/{name}_per_sec"] = rate / world
-            if has_flops:
-                self._add_mfu(metrics, rates["flops"] / world, flops / seconds, state)
+            if "flops" in found and totals.flops is not None:
+                own = totals.flops / totals.seconds
+                self._mfu.add(metrics, found["flops"] / world, own, state)
         metrics.update(self._times())
         logger.log_metrics(metrics)
-
-    @staticmethod
-    def _step_times(reduced: dict[str, Any]) -> dict[str, Any]:
-        longest, shortest = reduced["step_max"], reduced["step_min"]
-        if not is_tensor(shortest) and not shortest > 0:
-            return {}  # a clock that did not move
-        return {
-            "throughput/step_time_max": longest,
-            "throughput/step_time_min": shortest,
-            "throughput/step_time_max_over_min": longest / shortest,
-            "throughput/step_time_slowest_rank": reduced["slowest_rank"],
-        }
-
-    def _add_mfu(
-        self, metrics: dict[str, Any], device_flops: Any, own_flops: float, state: State
-    ) -> None:
-        peak = self._peak_flops(state)
-        if peak is None:
-            return
-        mfu = device_flops / peak
-        check = own_flops / peak if is_tensor(mfu) else mfu
-        if check > 1.0:
-            if not self._warned_mfu:
-                self._warned_mfu = True
-                warnings.warn(
-                    f"SpeedMonitor: the computed MFU is {check:.3g} ({check:.0%}), above 100%, "
-                    f"so throughput/device/mfu is not logged: the peak ({peak:.4g} FLOP/s per "
-                    "device) or the FLOPs per batch is wrong. To fix, check flops_per_batch "
-                    "(FLOPs of this rank's batch) and pass gpu_flops_available or precision.",
-                    ObsbusWarning,
-                    stacklevel=2,
-                )
-            return
-        if is_tensor(mfu):
-            import torch
-
-            mfu = torch.where(mfu <= 1.0, mfu, math.nan)
-        metrics["throughput/device/mfu"] = mfu
-
-    def _peak_flops(self, state: State) -> float | None:
-        """The device's peak FLOP/s: the override, else the table; found once, warned once."""
-        if self._peak_resolved:
-            return self._peak
-        self._peak_resolved = True
-        info = _device_info(state)
-        if info is None:
-            reason = f"the run is not on a GPU (device {state.device!r})"
-        else:
-            name, multiprocessors = info
-            precision = (
-                self.precision or self._detected or precision_of(state.model, "cuda") or "fp32"
-            )
-            self._peak = peak_flops(name, precision, multiprocessors)
-            reason = f"{name!r} at {precision} is not in the peak-FLOPs table"
-        if self._peak is None:
-            warnings.warn(
-                f"SpeedMonitor: {reason}, so throughput/device/mfu is not logged (the table "
-                "covers A100, H100, H200, B200, MI250X, MI300X, MI325X and MI355X). To fix, "
-                "pass gpu_flops_available=<peak FLOP/s of one device>.",
-                ObsbusWarning,
-                stacklevel=2,
-            )
-        return self._peak

@@ -11,8 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from obsbus import ObsbusWarning, Run, Trainer
-from obsbus.callbacks import speed_monitor
+from obsbus.callbacks import _mfu, speed_monitor
+from obsbus.callbacks._mfu import MfuLookup
 from obsbus.callbacks._peak_flops import PARTS, find_part, peak_flops, precision_of
+from obsbus.callbacks._throughput_ranks import step_times
 from obsbus.callbacks.speed_monitor import SpeedMonitor
 from obsbus.loggers import InMemoryLogger
 from tests._dist_utils import run_two_ranks
@@ -251,7 +253,7 @@ def test_unknown_device_warns_once_and_logs_no_mfu(clock):
 
 
 def test_unknown_gpu_name_warns_and_names_it(clock, monkeypatch):
-    monkeypatch.setattr(speed_monitor, "_device_info", lambda state: ("NVIDIA GeForce RTX 4090", 128))
+    monkeypatch.setattr(_mfu, "device_info", lambda state: ("NVIDIA GeForce RTX 4090", 128))
     with pytest.warns(ObsbusWarning, match="'NVIDIA GeForce RTX 4090' at fp32 is not in the peak"):
         mem = train(SpeedMonitor(window_size=1), clock, sizes=[4] * 3, durations=[1.0] * 3,
                     model=FlopsModel())
@@ -264,7 +266,7 @@ def test_unknown_gpu_name_warns_and_names_it(clock, monkeypatch):
     ids=["fp32-params", "autocast-bf16", "explicit-fp8", "explicit-wins-over-autocast"],
 )
 def test_mfu_from_the_table(clock, monkeypatch, precision, autocast, peak):
-    monkeypatch.setattr(speed_monitor, "_device_info", lambda state: ("NVIDIA H100 80GB HBM3", 132))
+    monkeypatch.setattr(_mfu, "device_info", lambda state: ("NVIDIA H100 80GB HBM3", 132))
     model = FlopsModel(per_sample=1e12)
     monitor = SpeedMonitor(window_size=1, precision=precision)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -283,20 +285,20 @@ def test_mfu_above_one_is_not_logged(clock):
 
 def test_mfu_and_step_times_as_device_tensors():
     # The GPU-backend path: reduced values stay tensors; the MFU check uses this rank's own.
-    monitor = SpeedMonitor(gpu_flops_available=1e12)
+    mfu = MfuLookup(gpu_flops_available=1e12, precision=None)
     metrics: dict = {}
-    monitor._add_mfu(metrics, torch.tensor(1.5e12, dtype=torch.float64), 5e11, state=None)
+    mfu.add(metrics, torch.tensor(1.5e12, dtype=torch.float64), 5e11, state=None)
     assert math.isnan(metrics["throughput/device/mfu"].item())  # global > 1: NaN, not 150%
     metrics = {}
-    monitor._add_mfu(metrics, torch.tensor(5e11, dtype=torch.float64), 5e11, state=None)
+    mfu.add(metrics, torch.tensor(5e11, dtype=torch.float64), 5e11, state=None)
     assert metrics["throughput/device/mfu"].item() == 0.5
     metrics = {}
     with pytest.warns(ObsbusWarning, match="above 100%"):
-        monitor._add_mfu(metrics, torch.tensor(5e11, dtype=torch.float64), 2e12, state=None)
+        mfu.add(metrics, torch.tensor(5e11, dtype=torch.float64), 2e12, state=None)
     assert metrics == {}
     reduced = {"step_max": torch.tensor(0.3), "step_min": torch.tensor(0.1),
                "slowest_rank": torch.tensor(1)}
-    steps = monitor._step_times(reduced)
+    steps = step_times(reduced)
     assert steps["throughput/step_time_max_over_min"].item() == pytest.approx(3.0)
     assert steps["throughput/step_time_slowest_rank"].item() == 1
 
