@@ -129,10 +129,6 @@ def host_memory_report() -> dict[str, float]:
     return report
 
 
-# rocm_smi_monitor imports the helper from here; new code calls obsbus.dist.gather_rows.
-_gather_rows = dist.gather_rows
-
-
 def _is_oom(exc: BaseException | None, oom: type[BaseException]) -> bool:
     """Whether ``exc`` is, or was raised from, an out-of-memory error."""
     seen: set[int] = set()

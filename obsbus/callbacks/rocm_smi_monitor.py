@@ -17,7 +17,7 @@ from typing_extensions import override
 from obsbus import dist
 from obsbus.callback import Callback
 from obsbus.callbacks._rocm_smi import GpuReading, Probe, parse_rocm_smi, physical_gpu_index
-from obsbus.callbacks.memory_monitor import GB, _gather_rows
+from obsbus.callbacks.memory_monitor import GB
 from obsbus.errors import ObsbusWarning
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger
@@ -297,7 +297,7 @@ class RocmSmiMonitor(Callback):
             metrics["utilization/rocm/gpu_use_pct"] = reading.gpu_use_pct
         if self.reduce_across_ranks:
             # A log step: one host transfer of the table is allowed here.
-            table = _gather_rows(row).tolist()
+            table = dist.gather_rows(row).tolist()
             ranks = [r for r, values in enumerate(table) if values[2] >= 0]
             if ranks:
                 top = max(ranks, key=lambda r: table[r][2])
