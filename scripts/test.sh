@@ -10,6 +10,8 @@ fi
 # torch first: 2.13.0 is the CPU build on this machine's disk; any other pulls CUDA.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+# The test extra (transformers, lightning, accelerate, trackers) must keep that torch.
+.venv/bin/python -c 'import importlib.metadata as m, sys; v = m.version("torch"); sys.exit(None if v.split("+")[0] == "2.13.0" else f"the test extra replaced torch 2.13.0 with {v}: pin the package that pulled it")'
 # The report tests open pages in Debian's chromium, driven by Playwright (no browser download).
 if [ ! -x /usr/bin/chromium ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
