@@ -196,7 +196,14 @@ def plan_plots(data: RunData) -> list[Plot]:
 
 def build_plots(data: RunData, buckets: int = DEFAULT_BUCKETS) -> list[Plot]:
     """Bokeh figures for ``data``, sharing one x (step) range."""
-    from bokeh.models import ColumnDataSource, HoverTool, Legend  # type: ignore[attr-defined]
+    from bokeh.models import (  # type: ignore[attr-defined]
+        ColumnDataSource,
+        HoverTool,
+        Legend,
+        Line,
+        Scatter,
+        VArea,
+    )
     from bokeh.palettes import Category10_10, Category20_20
     from bokeh.plotting import figure
 
@@ -219,30 +226,24 @@ def build_plots(data: RunData, buckets: int = DEFAULT_BUCKETS) -> list[Plot]:
         items, hovered = [], []
         for index, (key, label, x, y, high) in enumerate(lines):
             color = palette[index % len(palette)]
+            # Renderers made whole, not by figure.line(): figure's glyph methods add a
+            # nonselection and a muted copy of every glyph (two models more a line, which
+            # the page serializes; BokehJS makes them when needed).
             if high is None:
                 # One source for the line and its markers: the points are sent once.
                 source = ColumnDataSource(data={"x": x, "y": y})
-                glyphs: list[Any] = [
-                    fig.line("x", "y", source=source, line_color=color, line_width=1.5, name=label)
-                ]
+                line = Line(x="x", y="y", line_color=color, line_width=1.5)
+                glyphs: list[Any] = [fig.add_glyph(source, line, name=label)]
                 if marked(key, len(x)):
-                    glyphs.append(
-                        fig.scatter(
-                            "x",
-                            "y",
-                            source=source,
-                            size=5,
-                            color=color,
-                            marker="circle",
-                            name=label,
-                        )
-                    )
+                    dots = Scatter(x="x", y="y", size=5, marker="circle", fill_color=color)
+                    dots.line_color = color
+                    glyphs.append(fig.add_glyph(source, dots, name=label))
                 # One tooltip per point: the markers where there are, else the line.
                 hovered.append(glyphs[-1])
             else:
-                glyphs = [
-                    fig.varea(x=x, y1=y, y2=high, fill_color=color, fill_alpha=0.25, name=label)
-                ]
+                source = ColumnDataSource(data={"x": x, "y1": y, "y2": high})
+                band = VArea(x="x", y1="y1", y2="y2", fill_color=color, fill_alpha=0.25)
+                glyphs = [fig.add_glyph(source, band, name=label)]
             items.append((label, glyphs))
             plot.points += len(x)
         fig.add_layout(
