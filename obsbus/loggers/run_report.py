@@ -1,4 +1,34 @@
-"""Write the run's HTML report at its end, and hand it on as an artifact (``obsbus[report]``)."""
+"""Write the run's HTML report at its end, and hand it on as an artifact (``obsbus[report]``).
+
+**What the end of a run costs.** One page, written on the training thread
+at ``fit_end`` (``exception`` for a failed run); ``close`` writes it again
+only when a file the page is made of changed since
+(:func:`obsbus.report._read.input_files`, by size and time) or the status or
+failures did. A short run (20 batches of :func:`tests.report._runs.train`:
+six monitors, a FileLogger, a profiler window with a JSON trace handler; 10
+plots), measured with::
+
+    .venv/bin/python -m tests.report._measure_end --runs 3   # 3 times, alternated
+
+on a 2-core machine shared with other work (load ~3, so the spread is
+wide), 9 runs each, in seconds:
+
+==========================  ======================  ===========================
+                            before (31054f3)        now
+==========================  ======================  ===========================
+page at fit_end             1.55 median (1.39 min)  1.94 median (1.29 min)
+page again at close         1.12 median (0.64 min)  none (nothing changed)
+render alone, Bokeh loaded  1.09 median             0.87 median
+whole run                   5.05 median             4.01 median
+==========================  ======================  ===========================
+
+The page at ``fit_end`` includes importing Bokeh (0.6-1 s here, once per
+process): the first page of a process costs that much more than the render
+alone. Before, the profiler's merged trace (written at close, never summed)
+made every profiled run render twice. A failed run writes the page at
+``exception`` and usually once more at close (FileLogger's ``[exception]``
+line lands in its text log after RunReport's hook).
+"""
 
 from __future__ import annotations
 
