@@ -24,10 +24,6 @@ __all__ = ["NeptuneClient"]
 log = logging.getLogger("obsbus")
 
 _ONLINE = ("async", "sync")
-# Defaults obsbus changes, each overridable through neptune_kwargs: the console
-# capture swaps sys.stdout/sys.stderr process-wide from the thread that starts
-# the run (FileLogger captures the console instead), and obsbus records git itself.
-_DEFAULTS = {"capture_stdout": False, "capture_stderr": False, "git_ref": False}
 
 
 def _path(*parts: str) -> str:
@@ -49,11 +45,13 @@ class NeptuneClient(TrackerClient):
         params_namespace: str,
         upload_artifacts: bool,
         neptune_kwargs: dict[str, Any],
+        init_defaults: dict[str, Any],
         close_timeout: float,
     ) -> None:
         self.project, self.run_name, self.mode, self.tags = project, run_name, mode, tags
         self.base_namespace, self.params_namespace = base_namespace, params_namespace
         self.upload_artifacts, self.neptune_kwargs = upload_artifacts, neptune_kwargs
+        self.init_defaults = init_defaults  # init_run arguments before neptune_kwargs
         self.close_timeout = close_timeout
         self.run: Any = None  # the neptune Run, once started
         self._file: Any = None  # neptune.types.File
@@ -119,7 +117,7 @@ class NeptuneClient(TrackerClient):
             "project": self.project or os.environ.get("NEPTUNE_PROJECT") or info.project,
             "name": name,
             "mode": self.resolved_mode(),
-            **_DEFAULTS,
+            **self.init_defaults,
         }
         if tags:
             kwargs["tags"] = tags

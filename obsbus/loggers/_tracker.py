@@ -19,7 +19,8 @@ hyperparameters, tables, images, traces, files) and the policy, and calls
 the client through its ``_client_*`` methods (each forwards to the client;
 tests override them to watch or block a call). Each public tracker class is
 a subclass whose ``__init__`` checks its own arguments, builds its client and
-passes the shared options (:data:`SHARED_OPTIONS`: the same names, and the
+passes the shared options
+(:data:`~obsbus.loggers._tracker_client.SHARED_OPTIONS`: the same names, and the
 same defaults but MLflow's ``logging_rank="last"``) through.
 """
 
@@ -49,54 +50,13 @@ from obsbus.time import TimeLike, TimeUnit
 from obsbus.values import HostValues
 from obsbus.writer import BackgroundWriter, WritePeriod
 
-__all__ = [
-    "SHARED_OPTIONS",
-    "ClientAttribute",
-    "RunInfo",
-    "TrackerClient",
-    "TrackerDestination",
-    "shared_options",
-]
+__all__ = ["RunInfo", "TrackerClient", "TrackerDestination"]
 
 log = logging.getLogger("obsbus")
 
 #: Rows (``log_metrics`` calls) held before a hand-over whatever ``write_period`` says
 #: (:data:`obsbus._held.MAX_HELD_ROWS`, which FileLogger shares).
 MAX_HELD_STEPS = MAX_HELD_ROWS
-
-#: The options every tracker takes, by these names (see :class:`TrackerDestination`).
-SHARED_OPTIONS = ("log_interval", "rank_zero_only", "logging_rank", "log_env", "log_git",
-                  "write_period", "close_timeout", "max_queue_size")  # fmt: skip
-
-
-def shared_options(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The shared options out of a tracker constructor's arguments (``locals()``)."""
-    return {name: arguments[name] for name in SHARED_OPTIONS if name in arguments}
-
-
-class ClientAttribute:
-    """A tracker's attribute that is its client's: the settings live with the client.
-
-    Example:
-        >>> class Demo(TrackerDestination):
-        ...     project = ClientAttribute()
-        >>> client = TrackerClient()
-        >>> client.project = "p"
-        >>> Demo(client).project
-        'p'
-    """
-
-    def __init__(self, name: str = "") -> None:
-        self.attr = name
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.attr = self.attr or name
-
-    def __get__(self, obj: TrackerDestination | None, owner: type | None = None) -> Any:
-        return self if obj is None else getattr(obj.client, self.attr)
-
-    def __set__(self, obj: TrackerDestination, value: Any) -> None:
-        setattr(obj.client, self.attr, value)
 
 
 class TrackerDestination(LoggerDestination):
@@ -142,6 +102,11 @@ class TrackerDestination(LoggerDestination):
         max_queue_size: int = 1024,
     ) -> None:
         cls = type(self).__name__
+        if client is not None and not isinstance(client, TrackerClient):
+            raise TypeError(
+                f"{cls} client must be a TrackerClient (obsbus.loggers._tracker_client) or "
+                f"None, got {client!r}."
+            )
         #: The tracker's client (touch it from the writer thread only, once started).
         self.client = TrackerClient() if client is None else client
         self.log_interval = LogInterval(log_interval, f"{cls} log_interval", TimeUnit.BATCH)
@@ -177,7 +142,7 @@ class TrackerDestination(LoggerDestination):
         self._ran = 0
         self._gave_up = False
 
-    # ----------------------- the client, through one seam per call (writer thread)
+    # ---------------- the client, through one seam per call (writer thread but the first)
     def _check_credentials(self) -> None:
         self.client.check_credentials()
 

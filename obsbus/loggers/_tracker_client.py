@@ -16,20 +16,26 @@ is one module with one client class::
             print(step, values)
 
     destination = TrackerDestination(PrintClient(), log_interval="10ba")
+
+Also here, for a tracker's public class to stay a constructor: the shared
+option names (:data:`SHARED_OPTIONS`, picked out of its arguments by
+:func:`shared_options`) and :class:`ClientAttribute`, which shows a client's
+setting as the destination's attribute.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from obsbus.logger import Logger
+    from obsbus.loggers._tracker import TrackerDestination
     from obsbus.state import State
 
-__all__ = ["RunInfo", "TrackerClient"]
+__all__ = ["SHARED_OPTIONS", "ClientAttribute", "RunInfo", "TrackerClient", "shared_options"]
 
 
 def _no_report(what: str, exc: BaseException) -> None:
@@ -112,3 +118,40 @@ class TrackerClient:
     def finish(self, failed: bool, exception: BaseException | None) -> None:
         """End the run; ``failed`` when the run ended with an exception (``exception``, when
         the state holds it)."""
+
+
+#: The options every tracker takes, by these names
+#: (see :class:`~obsbus.loggers._tracker.TrackerDestination`).
+SHARED_OPTIONS = ("log_interval", "rank_zero_only", "logging_rank", "log_env", "log_git",
+                  "write_period", "close_timeout", "max_queue_size")  # fmt: skip
+
+
+def shared_options(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The shared options out of a tracker constructor's arguments (``locals()``)."""
+    return {name: arguments[name] for name in SHARED_OPTIONS if name in arguments}
+
+
+class ClientAttribute:
+    """A tracker's attribute that is its client's: the settings live with the client.
+
+    Example:
+        >>> from obsbus.loggers._tracker import TrackerDestination
+        >>> class Demo(TrackerDestination):
+        ...     project = ClientAttribute()
+        >>> client = TrackerClient()
+        >>> client.project = "p"
+        >>> Demo(client).project
+        'p'
+    """
+
+    def __init__(self, name: str = "") -> None:
+        self.attr = name
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.attr = self.attr or name
+
+    def __get__(self, obj: TrackerDestination | None, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(obj.client, self.attr)
+
+    def __set__(self, obj: TrackerDestination, value: Any) -> None:
+        setattr(obj.client, self.attr, value)

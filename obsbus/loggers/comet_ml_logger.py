@@ -11,7 +11,8 @@ from typing import Any, Literal
 from obsbus._check import check_folder, check_mapping
 from obsbus.errors import MissingExtraError
 from obsbus.loggers._comet_client import CometClient
-from obsbus.loggers._tracker import ClientAttribute, TrackerDestination, shared_options
+from obsbus.loggers._tracker import TrackerDestination
+from obsbus.loggers._tracker_client import ClientAttribute, shared_options
 from obsbus.naming import check_placeholders
 from obsbus.time import TimeLike
 

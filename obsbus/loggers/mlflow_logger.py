@@ -23,7 +23,8 @@ from obsbus.loggers._mlflow_names import (
     uri_scheme,
 )
 from obsbus.loggers._run_metadata import mask_credentials
-from obsbus.loggers._tracker import ClientAttribute, TrackerDestination, shared_options
+from obsbus.loggers._tracker import TrackerDestination
+from obsbus.loggers._tracker_client import ClientAttribute, shared_options
 from obsbus.masking import mask_value
 from obsbus.state import State
 from obsbus.time import TimeLike

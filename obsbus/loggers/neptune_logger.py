@@ -9,13 +9,18 @@ from typing import Any, Literal
 from obsbus._check import check_bool
 from obsbus.errors import MissingExtraError
 from obsbus.loggers._neptune_client import NeptuneClient
-from obsbus.loggers._tracker import ClientAttribute, TrackerDestination, shared_options
+from obsbus.loggers._tracker import TrackerDestination
+from obsbus.loggers._tracker_client import ClientAttribute, shared_options
 from obsbus.time import TimeLike
 
 __all__ = ["NeptuneLogger"]
 
 _MODES = ("async", "sync", "offline", "debug")
 _OWN_KWARGS = ("project", "name", "mode", "tags")
+# Defaults obsbus changes, each overridable through neptune_kwargs: the console
+# capture swaps sys.stdout/sys.stderr process-wide from the thread that starts
+# the run (FileLogger captures the console instead), and obsbus records git itself.
+_DEFAULTS = {"capture_stdout": False, "capture_stderr": False, "git_ref": False}
 
 
 def _namespace(cls: str, what: str, value: object) -> str:
@@ -166,6 +171,7 @@ class NeptuneLogger(TrackerDestination):
             params_namespace=_namespace(cls, "params_namespace", params_namespace),
             upload_artifacts=check_bool(cls, "upload_artifacts", upload_artifacts),
             neptune_kwargs=dict(neptune_kwargs),
+            init_defaults=dict(_DEFAULTS),
             close_timeout=close_timeout,
         )
         super().__init__(client, **options)

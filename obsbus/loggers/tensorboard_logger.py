@@ -13,7 +13,8 @@ from obsbus._check import check_folder
 from obsbus.errors import MissingExtraError
 from obsbus.logger import Logger
 from obsbus.loggers._tensorboard_client import TensorboardClient
-from obsbus.loggers._tracker import ClientAttribute, TrackerDestination, shared_options
+from obsbus.loggers._tracker import TrackerDestination
+from obsbus.loggers._tracker_client import ClientAttribute, shared_options
 from obsbus.naming import check_placeholders
 from obsbus.state import State
 from obsbus.time import TimeLike

@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 from obsbus._check import check_bool, check_folder, check_folder_at_init, check_mapping
 from obsbus.errors import MissingExtraError
-from obsbus.loggers._tracker import ClientAttribute, TrackerDestination, shared_options
+from obsbus.loggers._tracker import TrackerDestination
+from obsbus.loggers._tracker_client import ClientAttribute, shared_options
 from obsbus.loggers._wandb_client import WandBClient, artifact_name
 from obsbus.time import TimeLike
 

@@ -26,8 +26,8 @@ from obsbus.loggers import (
     TensorboardLogger,
     WandBLogger,
 )
-from obsbus.loggers._tracker import SHARED_OPTIONS, TrackerDestination
-from obsbus.loggers._tracker_client import RunInfo, TrackerClient
+from obsbus.loggers._tracker import TrackerDestination
+from obsbus.loggers._tracker_client import SHARED_OPTIONS, RunInfo, TrackerClient
 
 
 class JsonLinesClient(TrackerClient):
@@ -159,6 +159,12 @@ def test_a_client_without_tables_images_or_traces_is_never_queued_them(tmp_path,
     assert client.calls == [(0, {"m": 0.0}), (1, {"m": 1.0})]
     assert tracker.undelivered_writes == 0
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records
+
+
+def test_a_client_that_is_not_one_is_refused_at_construction():
+    with pytest.raises(TypeError, match=r"TrackerDestination client must be a TrackerClient .*"
+                       r"got <object object"):  # fmt: skip
+        TrackerDestination(object())  # type: ignore[arg-type]
 
 
 TRACKERS = [WandBLogger, MLFlowLogger, CometMLLogger, NeptuneLogger, TensorboardLogger]
