@@ -61,9 +61,9 @@ class RunInfo:
 class TrackerClient:
     """The calls a tracker destination makes into one tracker's library.
 
-    All but :meth:`prepare` and :meth:`check_credentials` run on the
-    destination's writer thread, after :meth:`start` and before
-    :meth:`finish`, and only on the rank that logs. What they raise is
+    All but :meth:`prepare`, :meth:`check_credentials` and
+    :meth:`can_upload_files` run on the destination's writer thread, after
+    :meth:`start` and before :meth:`finish`, and only on the rank that logs. What they raise is
     reported (once per kind) and counted by the destination; training goes on.
     """
 

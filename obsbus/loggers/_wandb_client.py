@@ -14,11 +14,12 @@ from typing_extensions import override
 from obsbus.loggers._tracker_client import RunInfo, TrackerClient
 from obsbus.masking import mask_value, masked_sys_argv
 
-__all__ = ["WandBClient", "artifact_name"]
+__all__ = ["NAME_MAXLEN", "WandBClient", "artifact_name"]
 
 log = logging.getLogger("obsbus")
 
-_NAME_MAXLEN = 128  # W&B's limit for project and artifact names
+#: W&B's limit for project and artifact names.
+NAME_MAXLEN = 128
 _BAD_ARTIFACT_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -31,9 +32,9 @@ def artifact_name(remote_file_name: str) -> str:
     """
     parts = [_BAD_ARTIFACT_CHARS.sub("-", p).strip("-") for p in remote_file_name.split("/")]
     name = ".".join(p for p in parts if p).strip(".") or "file"
-    if len(name) > _NAME_MAXLEN:
+    if len(name) > NAME_MAXLEN:
         digest = hashlib.sha1(name.encode()).hexdigest()[:8]
-        name = f"{name[: _NAME_MAXLEN - 9]}-{digest}"
+        name = f"{name[: NAME_MAXLEN - 9]}-{digest}"
     return name
 
 

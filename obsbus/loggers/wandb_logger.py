@@ -12,14 +12,13 @@ from obsbus._check import check_bool, check_folder, check_folder_at_init, check_
 from obsbus.errors import MissingExtraError
 from obsbus.loggers._tracker import TrackerDestination
 from obsbus.loggers._tracker_client import ClientAttribute, shared_options
-from obsbus.loggers._wandb_client import WandBClient, artifact_name
+from obsbus.loggers._wandb_client import NAME_MAXLEN, WandBClient, artifact_name
 from obsbus.time import TimeLike
 
 __all__ = ["WandBLogger", "artifact_name"]
 
 _MODES = ("online", "offline", "disabled", "shared")
 _OWN_INIT_ARGS = ("project", "group", "name", "entity", "tags", "mode", "dir")
-_NAME_MAXLEN = 128  # W&B's limit for project names
 _TAG_MAXLEN = 64
 _BAD_PROJECT_CHARS = re.compile(r"[/\\#?%:]")
 
@@ -173,10 +172,10 @@ class WandBLogger(TrackerDestination):
                             ("entity", entity)):  # fmt: skip
             _check_str(cls, what, value)
         if project is not None and (
-            len(project) > _NAME_MAXLEN or _BAD_PROJECT_CHARS.search(project)
+            len(project) > NAME_MAXLEN or _BAD_PROJECT_CHARS.search(project)
         ):
             raise ValueError(
-                f"{cls} project must be at most {_NAME_MAXLEN} characters without any of "
+                f"{cls} project must be at most {NAME_MAXLEN} characters without any of "
                 f"/ \\ # ? % :, got {project!r}."
             )
         if tags is not None and (isinstance(tags, str) or not isinstance(tags, Sequence)):
