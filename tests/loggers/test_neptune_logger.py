@@ -92,13 +92,14 @@ def neptune_home(tmp_path_factory):
 
 
 class Media(Callback):
-    """Logs a table (with a tensor cell) at batch 2 and a batch of CHW images at batch 5."""
+    """Logs a table (with a tensor cell) at batch 2, a batch of CHW images and traces at batch 5."""
 
     def batch_end(self, state, logger):
         if state.timestamp._batch == 2:
             logger.log_table(["name", "value"], [["a", torch.tensor(0.25)], ["b", 3]], "preds")
         if state.timestamp._batch == 5:
             logger.log_images(torch.rand(2, 3, 4, 5), name="samples")
+            logger.log_traces({"algo": "branch-a"})
 
 
 def _trainer(root: Path, nep: NeptuneLogger, memory: InMemoryLogger, **kwargs: Any) -> Trainer:
@@ -164,6 +165,7 @@ def test_files_tables_and_images_reach_the_neptune_store(offline):
     for i in (0, 1):
         steps, images = run.series(f"training/samples/{i}", kind="LogImages")
         assert steps == [5] and base64.b64decode(images[0].data).startswith(b"\x89PNG")
+    assert run.value("training/traces/algo") == "branch-a"
 
 
 def test_no_secret_reaches_the_run_folder_or_neptune_store(offline):

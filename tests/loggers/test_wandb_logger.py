@@ -82,6 +82,7 @@ class WandbRun:
         self.records = read_records(wandb_file)
         self.history: list[dict[str, Any]] = []
         self.config: dict[str, Any] = {}
+        self.summary: dict[str, Any] = {}
         self.artifacts: list[Any] = []
         self.exit_code: int | None = None
         self.run: Any = None
@@ -102,6 +103,11 @@ class WandbRun:
             elif kind == "run":
                 self.run = record.run
                 self._config(record.run.config.update)
+            elif kind == "summary":
+                for item in record.summary.update:
+                    self.summary["/".join(item.nested_key) or item.key] = json.loads(
+                        item.value_json
+                    )
             elif kind == "artifact":
                 self.artifacts.append(record.artifact)
             elif kind == "exit":
@@ -158,13 +164,14 @@ def wandb_home(tmp_path_factory):
 
 
 class Media(Callback):
-    """Logs a table (with a tensor cell) at batch 2 and a batch of CHW images at batch 5."""
+    """Logs a table (with a tensor cell) at batch 2, a batch of CHW images and traces at batch 5."""
 
     def batch_end(self, state, logger):
         if state.timestamp._batch == 2:
             logger.log_table(["name", "value"], [["a", torch.tensor(0.25)], ["b", 3]], "preds")
         if state.timestamp._batch == 5:
             logger.log_images(torch.rand(2, 3, 4, 5), name="samples")
+            logger.log_traces({"algo": "branch-a"})
 
 
 @pytest.fixture(scope="module")
@@ -228,6 +235,10 @@ def test_tables_and_images_land_at_their_step_without_pushing_earlier_metrics_ba
     (table_file,) = run.file.parent.glob("files/media/table/preds_2_*.table.json")
     table = json.loads(table_file.read_text())
     assert table["columns"] == ["name", "value"] and table["data"] == [["a", 0.25], ["b", 3]]
+
+
+def test_traces_go_to_the_run_summary(trained):
+    assert trained["run"].summary["traces/algo"] == "branch-a"
 
 
 def test_run_config_holds_hyperparameters_environment_and_git(trained):
@@ -360,8 +371,10 @@ def test_bad_arguments_fail_at_construction(kwargs, error, match):
 def test_a_file_for_save_dir_fails_at_construction(tmp_path):
     """It was found at fit, when wandb.init tried to make its folder there."""
     (tmp_path / "taken").write_text("a file")
-    with pytest.raises(NotADirectoryError, match=r"WandBLogger save_dir must be a folder, and "
-                       + repr(str(tmp_path / "taken"))):
+    with pytest.raises(
+        NotADirectoryError,
+        match=r"WandBLogger save_dir must be a folder, and " + repr(str(tmp_path / "taken")),
+    ):
         WandBLogger(mode="offline", save_dir=tmp_path / "taken")
     with pytest.raises(ValueError, match="'taken' is an existing file"):  # relative to the cwd
         WandBLogger(mode="offline", save_dir="taken")
@@ -411,8 +424,11 @@ def test_init_kwargs_may_carry_the_arguments_as_in_composer(tmp_path):
 
 
 def test_init_kwargs_and_an_argument_that_disagree_are_refused():
-    with pytest.raises(ValueError, match=r"WandBLogger: init_kwargs\['project'\]='a' and "
-                       r"project='b' disagree\. To fix, give project once"):
+    with pytest.raises(
+        ValueError,
+        match=r"WandBLogger: init_kwargs\['project'\]='a' and "
+        r"project='b' disagree\. To fix, give project once",
+    ):
         WandBLogger(project="b", init_kwargs={"project": "a"})
     with pytest.raises(ValueError, match=r"init_kwargs\['dir'\]='x' and save_dir='y' disagree"):
         WandBLogger(save_dir="y", init_kwargs={"dir": "x"})
@@ -420,8 +436,9 @@ def test_init_kwargs_and_an_argument_that_disagree_are_refused():
 
 def test_init_kwargs_mode_and_name_reach_the_offline_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "online")  # init_kwargs' mode must win over it
-    wb = WandBLogger(init_kwargs={"mode": "offline", "name": "from-kwargs"}, log_env=False,
-                     log_git=False)
+    wb = WandBLogger(
+        init_kwargs={"mode": "offline", "name": "from-kwargs"}, log_env=False, log_git=False
+    )
     with Run(max_duration="1ba", loggers=[wb], run_folder=tmp_path) as run:
         for _ in run.train([[0]]):
             run.state.loss = torch.tensor(0.5)
