@@ -83,7 +83,7 @@ class HangWatchdog(Callback):
     With ``on_hang="dump_and_exit"`` it then flushes each destination that has
     a public ``flush`` (a :class:`~obsbus.loggers.FileLogger` writes and fsyncs
     its metrics) and waits for ``wait_for_uploads``, all within
-    ``exit_timeout`` seconds, and ends the process with
+    ``exit_timeout`` seconds, waits ``exit_grace`` seconds, and ends the process with
     ``os._exit(HangWatchdog.EXIT_CODE)`` (87), so a scheduler can tell a hang
     from a crash and restart the job. No ``close`` runs: the training thread
     is stuck.
@@ -108,6 +108,10 @@ class HangWatchdog(Callback):
             ``timeout / 10``, between 0.01 s and 5 s.
         exit_timeout: the seconds the uploads, alerts and, before exiting,
             the flushes may take in all.
+        exit_grace: with ``dump_and_exit``, the seconds to wait after the
+            dump before exiting, so that the other ranks, whose timers run a
+            little behind, write their dumps before this rank's exit breaks
+            their stuck collective (they would fail with an error instead).
 
     Example:
         >>> import tempfile, time
@@ -138,6 +142,7 @@ class HangWatchdog(Callback):
         *,
         poll_interval: float | None = None,
         exit_timeout: float = 30.0,
+        exit_grace: float = 30.0,
     ) -> None:
         self.timeout = wall_seconds("HangWatchdog", "timeout", timeout)
         self.first_batch_timeout = (
@@ -156,6 +161,7 @@ class HangWatchdog(Callback):
             else check_seconds("HangWatchdog", "poll_interval", poll_interval)
         )
         self.exit_timeout = check_seconds("HangWatchdog", "exit_timeout", exit_timeout)
+        self.exit_grace = check_seconds("HangWatchdog", "exit_grace", exit_grace, allow_zero=True)
         #: The dump files written so far, in order (for tools and tests).
         self.dumps: list[Path] = []
         self._beats = 0  # batches ended; the only thing the training thread writes per batch
@@ -233,7 +239,8 @@ class HangWatchdog(Callback):
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=self.exit_timeout + _CUDA_WAIT_S + 1.0)
+            # A dump under way finishes (and with dump_and_exit, exits) before the run goes on.
+            thread.join(timeout=self.exit_timeout + self.exit_grace + _CUDA_WAIT_S + 1.0)
         self._thread = None
 
     # --------------------------------------------------------------- watching
@@ -241,16 +248,18 @@ class HangWatchdog(Callback):
         seen = first = self._beats
         since = time.monotonic()
         fired = False
-        while not stop.wait(self.poll_interval):
+        while True:
+            stopping = stop.wait(self.poll_interval)
             beats, now = self._beats, time.monotonic()
             if beats != seen:
-                if fired:
+                if fired:  # also when the fit ended before the next look
                     log.warning(
                         "obsbus HangWatchdog: batches resumed after %.1f s without progress.",
                         now - since,
                     )
                 seen, since, fired = beats, now, False
-                continue
+            if stopping:
+                return
             limit = self.first_batch_timeout if beats == first else self.timeout
             if not fired and now - since >= limit:
                 fired = True
@@ -284,6 +293,9 @@ class HangWatchdog(Callback):
             lambda: self._hand_off(state, logger, path, title, text, exiting), self.exit_timeout
         )
         if exiting:
+            # The other ranks' timers run a little behind this one's; exiting at once would
+            # break their stuck collective before they dump (they would crash, undumped).
+            time.sleep(self.exit_grace)
             log.error("obsbus HangWatchdog: exiting with code %d.", EXIT_CODE)
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):  # a closed or odd stream: exit anyway
