@@ -23,6 +23,7 @@ from obsbus.time import Time, Timestamp, TimeUnit
 from obsbus.writer import BackgroundWriter
 
 if TYPE_CHECKING:
+    from obsbus.registry import build_callback, build_logger
     from obsbus.trainer import Trainer
 
 __version__ = "0.1.0"
@@ -46,10 +47,16 @@ __all__ = [
     "Timestamp",
     "Trainer",
     "TrainingTerminated",
+    "build_callback",
+    "build_logger",
     "format_name",
 ]
 
-_LAZY = {"Trainer": "obsbus.trainer"}
+_LAZY = {
+    "Trainer": "obsbus.trainer",
+    "build_callback": "obsbus.registry",
+    "build_logger": "obsbus.registry",
+}
 
 
 def __getattr__(name: str) -> Any:

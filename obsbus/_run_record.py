@@ -13,6 +13,11 @@ file renamed into place), so a crashed run's folder holds complete files:
     "module.QualName", "args": {name: value} or null}]}``: every plug-in with
     its constructor arguments as resolved (defaults applied); ``args`` is
     ``null`` when they are unknown (an object copied or unpickled).
+``resolved.yaml``
+    the same plug-ins, from the same records, as a config that
+    :func:`obsbus.config.build` builds again: registry names, every argument
+    with its default, masked (:mod:`obsbus._config_export`); plus the run's
+    ``run_name`` and ``run_folder``.
 ``hparams.json``
     ``state.hparams``.
 ``env.json``
@@ -59,7 +64,7 @@ from obsbus._init_args import init_args
 from obsbus.errors import ObsbusWarning
 from obsbus.masking import mask_argv, mask_secrets, mask_value
 
-__all__ = ["GIT_TIMEOUT_S", "json_safe", "run_record", "write_run_record"]
+__all__ = ["GIT_TIMEOUT_S", "json_safe", "resolved_yaml", "run_record", "write_run_record"]
 
 GIT_TIMEOUT_S = 3.0
 _MAX_ITEMS = 200
@@ -126,6 +131,21 @@ def plugins_record(plugins: Iterable[object], profiler: object = None) -> dict[s
             }
         )
     return {"plugins": mask_value(out)}
+
+
+def resolved_yaml(state: Any, plugins: Iterable[object], profiler: object = None) -> str:
+    """``resolved.yaml``: the config that builds ``plugins`` and ``profiler`` again."""
+    from obsbus._config_export import export, to_yaml
+
+    folder = getattr(state, "run_folder", None)
+    root = getattr(folder, "root", None)
+    cfg = export(
+        list(plugins),
+        profiler,
+        run_name=mask_secrets(str(getattr(state, "run_name", ""))) or None,
+        run_folder=None if root is None else mask_secrets(str(root)),
+    )
+    return to_yaml(cfg)
 
 
 def run_record(state: Any) -> dict[str, Any]:
@@ -276,6 +296,7 @@ def write_run_record(
     run = run_record(state)
     _write(folder / "run.json", lambda: run)
     _write(folder / "plugins.json", lambda: plugins_record(listed, profiler))
+    _write(folder / "resolved.yaml", lambda: resolved_yaml(state, listed, profiler))
     _write(folder / "hparams.json", lambda: mask_value(json_safe(hparams)))
     _write(folder / "env.json", _env)
     _write(folder / "git.json", git_record)

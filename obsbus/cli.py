@@ -114,6 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     report.add_arguments(report_parser)
     report_parser.set_defaults(func=report.run)
+    from obsbus import _config_cli
+
+    config_parser = sub.add_parser(
+        "config",
+        help="check, show or list a run's observability config (YAML)",
+        description="Check a YAML config before a job starts (check), print it resolved with\n"
+        "every default (show), or list the plug-ins and their arguments (keys).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _config_cli.add_arguments(config_parser)
     return parser
 
 
