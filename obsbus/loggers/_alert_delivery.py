@@ -173,6 +173,10 @@ class AlertDelivery:
         shown = reason if isinstance(reason, BaseException) else exc
         return self.mask(f"{type(shown).__name__}: {shown}")
 
+    def flush(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` s for the alerts queued so far; ``False`` if some remain."""
+        return self._writer.flush(timeout)
+
     def close(self, timeout: float) -> Tally:
         """Wait at most ``timeout`` s for the queued alerts; return this cycle's tally.
 

@@ -18,13 +18,24 @@ from __future__ import annotations
 
 import datetime
 import json
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from obsbus.loggers.console_logger import format_value
+from obsbus.masking import mask_value
+from obsbus.values import to_host
 
-__all__ = ["EVENTS", "Alert", "json_message", "slack_messages"]
+__all__ = [
+    "EVENTS",
+    "LEVELS",
+    "Alert",
+    "describe_error",
+    "json_message",
+    "render",
+    "slack_messages",
+]
 
 #: Every alert event: its label in reports and the emoji of its Slack header.
 EVENTS: dict[str, tuple[str, str]] = {
@@ -42,6 +53,8 @@ _HEADER_CHARS = 150  # Slack's limit for a header's text
 _SECTION_CHARS = 3000  # and for a section's
 _MAX_BLOCKS = 50  # blocks in one message
 _FRAME = 3  # the header, text and context blocks around the metrics
+_FILE_EXCERPT = 1500  # characters of a hang dump quoted in its alert
+_TRACEBACK = 1500  # characters of a traceback quoted in a failure alert
 
 
 @dataclass(frozen=True)
@@ -169,3 +182,50 @@ def _metric_blocks(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 def encode(message: Mapping[str, Any]) -> bytes:
     """One request body: compact UTF-8 JSON (non-finite numbers are strings already)."""
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def render(
+    alert: Alert,
+    text: str | Callable[[dict[str, Any]], str],
+    *,
+    format: str,
+    formatter_func: Callable[..., list[dict[str, Any]]] | None,
+    max_logs_per_message: int,
+    secrets: tuple[str, ...],
+) -> list[bytes]:
+    """The request bodies of ``alert``, masked; on the writer thread only.
+
+    Its metrics are read here (one transfer); ``text`` may be a function of
+    them; a dump ``file`` is quoted from its start.
+    """
+    try:
+        numbers = to_host(alert.metrics)
+    except Exception:  # an odd value: shown as text rather than losing the alert
+        numbers = {k: str(v) for k, v in alert.metrics.items()}
+    body = text(numbers) if callable(text) else text
+    if alert.file is not None:
+        body = f"{body}\nDump: {alert.file}{_excerpt(alert.file)}"
+    done = Alert(**{**alert.__dict__, "text": body, "metrics": {}})
+    if format == "json":
+        messages = [json_message(done, numbers)]
+    else:
+        messages = slack_messages(
+            done, numbers, formatter_func=formatter_func, max_logs_per_message=max_logs_per_message
+        )
+    return [encode(mask_value(message, secrets)) for message in messages]
+
+
+def describe_error(exc: BaseException) -> str:
+    """The error and the end of its traceback, for a failure alert (masked by :func:`render`)."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return f"{type(exc).__name__}: {exc}\n```{''.join(lines)[-_TRACEBACK:]}```"
+
+
+def _excerpt(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(_FILE_EXCERPT + 1)
+    except OSError:
+        return ""
+    cut = head[:_FILE_EXCERPT] + ("\n..." if len(head) > _FILE_EXCERPT else "")
+    return f"\n```{cut}```"

@@ -14,8 +14,7 @@ import torch
 
 from obsbus import Callback, Run
 from obsbus.callbacks import NaNMonitor
-from obsbus.loggers import FileLogger, RemoteUploaderDownloader
-from obsbus.loggers import alerts as alerts_module
+from obsbus.loggers import FileLogger, RemoteUploaderDownloader, _alert_destination
 from obsbus.loggers.alerts import SlackLogger, WebhookLogger
 
 from ._http_server import WebhookServer
@@ -285,7 +284,7 @@ def test_metrics_summary_every_log_interval_and_every_n_minutes(server, monkeypa
 
     server.requests.clear()
     clock = [0.0]
-    monkeypatch.setattr(alerts_module, "_now", lambda: clock[0])
+    monkeypatch.setattr(_alert_destination, "_now", lambda: clock[0])
     dest = make("json", server, monkeypatch, on_start=False, on_finish=False, summary_interval=5)
 
     def tick(run, i):
@@ -500,3 +499,31 @@ def test_pickles_without_secrets_and_works_after(server, monkeypatch):
     copy = pickle.loads(blob)
     train(copy, batches=1)
     assert [p["event"] for p in server.payloads] == ["run_finished"]
+
+
+def test_two_fits_close_twice_and_flush_under_trainer(server, monkeypatch):
+    import torch.nn.functional as F
+
+    from obsbus import Trainer
+
+    from ..helpers import regression_data, tiny_model
+
+    dest = make("json", server, monkeypatch)
+    trainer = Trainer(
+        tiny_model(),
+        regression_data(3),
+        "1ep",
+        loss_fn=F.mse_loss,
+        loggers=[dest],
+        device="cpu",
+        strict=True,
+    )
+    trainer.fit()
+    assert dest.flush(5.0)  # what a watchdog does before it ends the process
+    assert [p["event"] for p in server.payloads] == ["run_started", "run_finished"]
+    trainer.fit(duration="2ba")
+    trainer.close()
+    trainer.close()
+    assert [p["event"] for p in server.payloads] == ["run_started", "run_finished"] * 2
+    assert [p["step"] for p in server.payloads] == [0, 3, 3, 5]
+    assert dest.undelivered == {} and pickle.loads(pickle.dumps(dest.state_dict())) == {}
