@@ -322,7 +322,14 @@ class HangWatchdog(Callback):
             for dest in logger.destinations:
                 method = getattr(dest, name, None)
                 if callable(method):
-                    left = max(deadline - time.monotonic(), 0.0)
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        log.warning(
+                            "obsbus HangWatchdog: exit_timeout ran out before %s.%s.",
+                            type(dest).__name__,
+                            name,
+                        )
+                        continue
                     try:
                         call_bounded(method, left)
                     except Exception:
