@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable
 
@@ -139,6 +137,9 @@ class AlertDelivery:
                     tally.undelivered[kind] += 1
 
     def _post(self, tally: Tally, body: bytes) -> bool:
+        import urllib.error  # here, not at import: urllib.request loads ssl and http.client
+        import urllib.request
+
         headers = {"Content-Type": "application/json; charset=utf-8", **self._headers}
         for attempt in range(1, self.max_attempts + 1):
             left = tally.left()

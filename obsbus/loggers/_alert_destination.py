@@ -127,9 +127,15 @@ class AlertDestination(LoggerDestination):
         if isinstance(include_keys, str) or not all(isinstance(k, str) for k in include_keys):
             raise TypeError(f"{cls} include_keys must be a list of key patterns (str).")
         self.include_keys = tuple(include_keys)
-        self._include = (
-            re.compile("|".join(f"(?:{k})" for k in include_keys)) if include_keys else None
-        )
+        try:  # Composer's rule: a key is shown when one pattern matches at its start
+            self._include = (
+                re.compile("|".join(f"(?:{k})" for k in include_keys)) if include_keys else None
+            )
+        except re.error as exc:
+            raise ValueError(
+                f"{cls} include_keys must be regular expressions, got {list(include_keys)!r} "
+                f"({exc}). To fix, escape special characters, e.g. 'loss/train/total'."
+            ) from None
         if formatter_func is not None and not callable(formatter_func):
             raise TypeError(
                 f"{cls} formatter_func must be a function or None, got {formatter_func!r}."

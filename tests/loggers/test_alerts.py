@@ -387,7 +387,11 @@ def test_slow_server_holds_no_step_and_close_is_bounded(server, monkeypatch, cap
     assert opened and threading.main_thread() not in opened
     # close gave up after close_timeout (the server holds requests 10 s) and said what was lost
     assert dest.undelivered == {"run_started": 1, "run_finished": 1}
-    assert server.in_flight == 1  # still held by the server when close returned
+    for _ in range(200):  # the start request reaches the server (close did not wait for it)
+        if server.requests:
+            break
+        threading.Event().wait(0.05)
+    assert server.in_flight == 1  # still held by the server after close returned
     assert any("2 alert(s) were not delivered" in r.getMessage() for r in caplog.records)
 
 
@@ -478,6 +482,8 @@ def test_the_url_comes_from_the_environment_and_must_be_http(monkeypatch):
     monkeypatch.setenv("ALERT_URL", "https://alerts.example.com/hook")
     with pytest.raises(ValueError, match=r"ALERT_TOKEN .*is not set"):
         WebhookLogger("ALERT_URL", token_env="ALERT_TOKEN")
+    with pytest.raises(ValueError, match="include_keys must be regular expressions"):
+        WebhookLogger("ALERT_URL", include_keys=["loss/("])
     with pytest.raises(ValueError, match="format must be 'json' or 'slack'"):
         WebhookLogger("ALERT_URL", format="xml")
 
