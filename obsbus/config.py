@@ -252,7 +252,8 @@ def build(source: Source, *, dialect: str | None = None) -> RunConfig:
     secrets = check_secrets(cfg)
     problems: list[Problem] = []
     _check_top(cfg, problems)
-    interval = cfg.get("log_interval")
+    # A bad default is reported once, at its own path, not again in every plug-in.
+    interval = None if any(p[0] == "log_interval" for p in problems) else cfg.get("log_interval")
     planned: dict[str, list[tuple[str, Callable[..., Any], dict[str, Any]]]] = {}
     for section, kind in _SECTIONS.items():
         planned[section], found = named_instances(
