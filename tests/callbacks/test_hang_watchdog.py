@@ -375,3 +375,80 @@ def test_two_ranks_each_dump_their_own_blocked_frame(tmp_path):
     assert "call site: rank0_all_reduce (" in rank0
     assert "blocked frame: rank1_never_joins (" in rank1
     assert sorted(p.name[:5] for p in (tmp_path / "run" / "hangs").iterdir()) == ["rank0", "rank1"]
+
+
+# ---------------------------------------------------------------- alerts, CUDA
+def test_a_real_webhook_destination_receives_the_hang(monkeypatch):
+    from obsbus.loggers.alerts import WebhookLogger
+
+    from ..loggers._http_server import WebhookServer
+
+    server = WebhookServer("ok").start()
+    try:
+        monkeypatch.setenv("OBSBUS_TEST_HOOK_URL", server.url())
+        hook = WebhookLogger(url_env="OBSBUS_TEST_HOOK_URL", on_start=False, on_finish=False)
+        dog = HangWatchdog(timeout=0.3)
+        train([SleepAt(at=(2,), seconds=1.2), dog], loggers=[hook], batches=3)
+    finally:
+        server.stop()
+    sent = [json.dumps(p) for p in server.payloads]
+    hangs = [p for p in sent if "Hang on rank 0 of run hang-test" in p]
+    assert len(hangs) == 1, sent
+    assert dog.dumps[0].name in hangs[0]
+
+
+class FakeCuda:
+    """torch.cuda as the dump reads it: initialized, two devices, allocator stats."""
+
+    def __init__(self, stall: float = 0.0) -> None:
+        self.stall = stall
+
+    def is_initialized(self):
+        return True
+
+    def device_count(self):
+        return 2
+
+    def memory_stats(self, index):
+        time.sleep(self.stall)  # an allocator lock held by the stuck thread
+        mib = 2**20
+        return {
+            "allocated_bytes.all.current": (index + 1) * 3 * mib,
+            "allocated_bytes.all.peak": 8 * mib,
+            "reserved_bytes.all.current": 16 * mib,
+            "reserved_bytes.all.peak": 32 * mib,
+            "num_alloc_retries": 1,
+            "num_ooms": 0,
+        }
+
+
+class FakeTorch:
+    def __init__(self, cuda: FakeCuda) -> None:
+        self.cuda = cuda
+
+
+def test_cuda_memory_stats_are_read_when_cuda_is_initialized(monkeypatch):
+    from types import SimpleNamespace
+
+    from obsbus import State
+    from obsbus.callbacks import hang_watchdog
+
+    monkeypatch.setitem(sys.modules, "torch", FakeTorch(FakeCuda()))
+    state = State(run_name="r")
+    lines = hang_watchdog.cuda_memory(state)  # no CUDA device on the state: every device
+    assert [line.split(":")[1] for line in lines] == ["0", "1"]
+    assert lines[1].startswith("cuda:1: allocated_bytes.all.current=6.0 MiB, ")
+    assert "reserved_bytes.all.peak=32.0 MiB, num_alloc_retries=1, num_ooms=0" in lines[0]
+    state.device = SimpleNamespace(type="cuda", index=1)  # this rank's device only
+    assert [line.split(":")[1] for line in hang_watchdog.cuda_memory(state)] == ["1"]
+
+
+def test_cuda_memory_stats_that_hang_are_given_up(monkeypatch):
+    from obsbus import State
+    from obsbus.callbacks import hang_watchdog
+
+    monkeypatch.setitem(sys.modules, "torch", FakeTorch(FakeCuda(stall=5.0)))
+    monkeypatch.setattr(hang_watchdog, "_CUDA_WAIT_S", 0.2)
+    assert hang_watchdog.cuda_memory(State(run_name="r")) == [
+        "not read within 0.2 s (the stuck thread may hold the allocator)"
+    ]
