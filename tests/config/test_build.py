@@ -236,3 +236,18 @@ def test_primus_dialect_goes_through_from_primus(monkeypatch):
         assert config.from_primus({"a": 1}) == {
             "loggers": {"tensorboard": {}}, "callbacks": {"speed_monitor": {}}}  # fmt: skip
     assert seen[-1] == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["obsbus.run:Run", "obsbus.trainer:Trainer", "obsbus.integrations.transformers:ObsbusCallback",
+     "obsbus.integrations.lightning:ObsbusCallback"],
+    ids=["Run", "Trainer", "transformers", "lightning"],
+)  # fmt: skip
+def test_kwargs_fit_every_host(target):
+    import importlib
+    import inspect
+
+    module, _, name = target.partition(":")
+    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    assert set(config.RunConfig().kwargs()) <= set(params)

@@ -28,8 +28,8 @@ CFG = {
 
 
 class Mine(Callback):
-    def __init__(self, level: int = 1, hook=None) -> None:
-        self.level, self.hook = level, hook
+    def __init__(self, level: int = 1, hook=None, api_key=None) -> None:
+        self.level, self.hook, self.api_key = level, hook, api_key
 
 
 def _plugins(cfg):
@@ -73,10 +73,14 @@ def test_resolved_yaml_round_trips():
 def test_what_a_config_cannot_say_is_listed_and_skipped():
     cfg = config.build({"callbacks": {"speed_monitor": {}}})
     cfg.callbacks.append(type(cfg.callbacks[0])(flops_per_batch=len))
-    path = _run(cfg, "three", extra=[Mine(level=3, hook=print)])
+    path = _run(cfg, "three", extra=[Mine(level=3, hook=print), Mine(api_key="mine-5544332211")])
     written = yaml.safe_load(path.read_text())
-    assert written["unregistered"] == [{"kind": "callback", "class": f"{__name__}.Mine",
-                                        "args": {"level": 3, "hook": "<built-in function print>"}}]  # fmt: skip
+    mine = {"kind": "callback", "class": f"{__name__}.Mine"}
+    assert written["unregistered"] == [
+        {**mine, "args": {"level": 3, "hook": "<built-in function print>", "api_key": None}},
+        {**mine, "args": {"level": 1, "hook": None, "api_key": "***"}},
+    ]
+    assert "mine-5544332211" not in path.read_text()
     assert written["python_args"] == {
         "callbacks.speed_monitor[1]": {"flops_per_batch": "<built-in function len>"}}  # fmt: skip
     assert len(written["callbacks"]["speed_monitor"]) == 2
