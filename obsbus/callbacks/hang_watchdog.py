@@ -53,15 +53,22 @@ class HangWatchdog(Callback):
     training thread pays one integer increment and one attribute store per
     batch (no lock, no clock read, no syscall); the watchdog samples the
     counter every ``poll_interval`` seconds and measures staleness on its own
-    clock. It runs from ``fit_start`` to ``fit_end`` (or ``exception``,
-    ``close``). When the counter has not moved for ``timeout`` (before the
-    first batch of a fit: ``first_batch_timeout``) this rank writes
+    clock, so a hang is seen within ``timeout + poll_interval``. (A counter,
+    not a timestamp: even ``time.monotonic()``, a vDSO call on Linux, is a C
+    call per batch; the counter needs none.) It runs from ``fit_start`` to
+    ``fit_end`` (or ``exception``, ``close``). When the counter has not
+    moved for ``timeout`` (before the first batch of a fit:
+    ``first_batch_timeout``) this rank writes
     ``{dump_folder}/rank{rank}-{time}.txt`` (relative to the run folder unless
     absolute; ``{time}`` is UTC, ``20261203T114500Z``) holding:
 
     - the summary: rank (of world size), host, pid, run name, epoch, batch,
-      the last event the watchdog saw, the event and hook in progress when the
-      training thread is stuck inside one, seconds since the last progress;
+      the last event seen (the latest of ``fit_start``, ``epoch_start``,
+      ``batch_end``, ``epoch_end``, ``eval_start``, ``eval_batch_end``,
+      ``eval_end``, ``predict_batch_end``, which it hooks), the event and hook
+      in progress when the training thread is stuck inside one (read from
+      that thread's frames, at no cost per step), seconds since the last
+      progress;
     - the blocked frame: the training thread's innermost Python frame, and
       its call site (the innermost frame outside torch and the standard
       library), as ``function (file:line)``;
@@ -83,8 +90,8 @@ class HangWatchdog(Callback):
     With ``on_hang="dump_and_exit"`` it then flushes each destination that has
     a public ``flush`` (a :class:`~obsbus.loggers.FileLogger` writes and fsyncs
     its metrics) and waits for ``wait_for_uploads``, all within
-    ``exit_timeout`` seconds, waits ``exit_grace`` seconds, and ends the process with
-    ``os._exit(HangWatchdog.EXIT_CODE)`` (87), so a scheduler can tell a hang
+    ``exit_timeout`` seconds, waits ``exit_grace`` seconds, and ends the
+    process with ``os._exit(HangWatchdog.EXIT_CODE)`` (87), so a scheduler can tell a hang
     from a crash and restart the job. No ``close`` runs: the training thread
     is stuck.
 
