@@ -72,6 +72,16 @@ class AlertDestination(LoggerDestination):
     delivered (:attr:`undelivered`). The URL and token are read from the
     environment only, registered with :func:`obsbus.masking.add_secret_pattern`
     and never shown in a message, an error or a file.
+
+    Example:
+        >>> import os
+        >>> from obsbus.loggers.alerts import WebhookLogger
+        >>> os.environ["PAGER_URL"] = "https://pager.example.com/hook"
+        >>> pager = WebhookLogger("PAGER_URL", on_start=False, on_finish=False)
+        >>> sorted(event for event, on in pager.switches.items() if on)
+        ['hang_detected', 'loss_spike', 'nan_found', 'run_failed', 'upload_failed']
+        >>> pager.post_close()  # the end of a run: what was queued is sent, secrets released
+        >>> del os.environ["PAGER_URL"]
     """
 
     def __init__(
@@ -298,6 +308,7 @@ class AlertDestination(LoggerDestination):
     @override
     def init(self, state: State, logger: Logger) -> None:
         self._state, self._logger = state, logger
+        self._secrets.hold()  # again, after a post_close: the destination is reused
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:
@@ -399,6 +410,10 @@ class AlertDestination(LoggerDestination):
         self._alert_failed_uploads()
         tally = self._delivery.close(self.close_timeout)
         self.undelivered = {k: v for k, v in tally.undelivered.items() if v > 0}
+        self._report_undelivered()
+        self._secrets.release()  # the run is over: what it wrote and logged was masked
+
+    def _report_undelivered(self) -> None:
         if self.undelivered:
             listed = ", ".join(
                 f"{n} {EVENTS.get(k, (k,))[0]}" for k, n in sorted(self.undelivered.items())

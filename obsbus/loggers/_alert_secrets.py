@@ -7,21 +7,27 @@ token-like path segments and query values, the token) is registered with
 :func:`obsbus.masking.add_secret_pattern`, so every place obsbus masks
 (log lines, errors, ``env.json``, hyperparameters) hides it too: the URL's
 variable is not secret-named (``SLACK_WEBHOOK_URL``), so the environment
-snapshot would otherwise keep it.
+snapshot would otherwise keep it. The pattern is held while a destination
+uses it: from construction (``config/env.json`` is written before ``init``)
+to its ``post_close``, and again from its next ``init``; destinations with
+the same URL share one registration.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 import urllib.parse
 
-from obsbus.masking import add_secret_pattern, secret_patterns
+from obsbus.masking import add_secret_pattern, remove_secret_pattern
 
 __all__ = ["WebhookSecrets", "check_env_name", "refuse_secret_argument"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MIN_PART = 8  # shorter URL parts are too common to mask wherever they appear
+_holders: dict[str, int] = {}  # pattern -> how many destinations hold it
+_holders_lock = threading.Lock()
 
 
 def check_env_name(owner: str, name: str, value: object) -> str:
@@ -58,7 +64,7 @@ class WebhookSecrets:
         ValueError: a variable is unset or empty, or the URL is not ``http(s)://host/...``.
     """
 
-    __slots__ = ("token", "url", "values")
+    __slots__ = ("_held", "pattern", "token", "url", "values")
 
     def __init__(self, owner: str, url_env: str, token_env: str | None) -> None:
         check_env_name(owner, "url_env" if owner != "SlackLogger" else "webhook_url_env", url_env)
@@ -88,7 +94,33 @@ class WebhookSecrets:
         self.url = url
         self.token = token
         self.values = _secret_parts(url, parts, token)
-        _register(self.values)
+        # One pattern, longest first: at the URL's start the whole URL matches, not a part.
+        self.pattern = "|".join(re.escape(v) for v in self.values)
+        self._held = False
+        self.hold()
+
+    def hold(self) -> None:
+        """Mask these secrets everywhere obsbus masks (until :meth:`release`)."""
+        with _holders_lock:
+            if self._held:
+                return
+            self._held = True
+            if _holders.get(self.pattern, 0) == 0:
+                add_secret_pattern(self.pattern)
+            _holders[self.pattern] = _holders.get(self.pattern, 0) + 1
+
+    def release(self) -> None:
+        """Stop masking them, unless another destination still holds the same ones."""
+        with _holders_lock:
+            if not self._held:
+                return
+            self._held = False
+            left = _holders.get(self.pattern, 1) - 1
+            if left > 0:
+                _holders[self.pattern] = left
+            else:
+                _holders.pop(self.pattern, None)
+                remove_secret_pattern(self.pattern)
 
     def headers(self) -> dict[str, str]:
         """The request headers the token goes in (none without one)."""
@@ -110,10 +142,3 @@ def _secret_parts(url: str, parts: urllib.parse.SplitResult, token: str | None) 
         if len(value) >= 6:
             found.add(value)
     return tuple(sorted(found, key=len, reverse=True))
-
-
-def _register(values: tuple[str, ...]) -> None:
-    # One pattern, longest first: at the URL's start the whole URL matches, not a part of it.
-    pattern = "|".join(re.escape(v) for v in values)
-    if pattern not in {p.pattern for p in secret_patterns()}:
-        add_secret_pattern(pattern)

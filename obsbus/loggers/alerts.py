@@ -50,8 +50,10 @@ class SlackLogger(AlertDestination):
     Example:
         >>> import os
         >>> os.environ["SLACK_WEBHOOK_URL"] = "https://hooks.slack.com/services/T01/B01/abc"
-        >>> SlackLogger(include_keys=["loss/"], on_start=False)
+        >>> slack = SlackLogger(include_keys=["loss/"], on_start=False)
+        >>> slack
         SlackLogger(url_env='SLACK_WEBHOOK_URL', format='slack')
+        >>> slack.post_close()  # the end of a run (the engine calls it)
         >>> SlackLogger(slack_logging_api_key="xoxb-1234")
         Traceback (most recent call last):
         ...
@@ -144,8 +146,10 @@ class WebhookLogger(AlertDestination):
     Example:
         >>> import os
         >>> os.environ["ALERT_URL"] = "https://alerts.example.com/hook"
-        >>> WebhookLogger("ALERT_URL", on_start=False)
+        >>> hook = WebhookLogger("ALERT_URL", on_start=False)
+        >>> hook
         WebhookLogger(url_env='ALERT_URL', format='json')
+        >>> hook.post_close()  # the end of a run (the engine calls it)
         >>> WebhookLogger("https://alerts.example.com/hook")
         Traceback (most recent call last):
         ...

@@ -23,6 +23,20 @@ TOKEN = "Zq7xK2mPw9LrT4vB8nYc3hJd"  # the secret part of a Slack webhook URL (24
 FAST = {"retry_backoff": 0.01, "max_backoff": 0.05, "close_timeout": 5.0}
 
 
+@pytest.fixture(autouse=True)
+def _no_secret_pattern_outlives_the_test():
+    """A destination built and never closed keeps its URL registered as a secret pattern:
+    drop what the test added, so other tests (test_masking) see none."""
+    from obsbus import masking
+    from obsbus.loggers import _alert_secrets
+
+    before = set(masking.secret_patterns())
+    yield
+    for pattern in set(masking.secret_patterns()) - before:
+        masking.remove_secret_pattern(pattern)
+        _alert_secrets._holders.pop(pattern.pattern, None)
+
+
 @pytest.fixture
 def server(request):
     """A WebhookServer; ``@pytest.mark.parametrize("server", [...], indirect=True)`` picks
@@ -524,11 +538,18 @@ def test_two_fits_close_twice_and_flush_under_trainer(server, monkeypatch):
         device="cpu",
         strict=True,
     )
+    from obsbus import masking
+
+    def held():
+        return any(dest._secrets.pattern == p.pattern for p in masking.secret_patterns())
+
+    assert held()  # from construction: config/env.json is written before init
     trainer.fit()
     assert dest.flush(5.0)  # what a watchdog does before it ends the process
     assert [p["event"] for p in server.payloads] == ["run_started", "run_finished"]
     trainer.fit(duration="2ba")
     trainer.close()
+    assert not held()  # released at post_close
     trainer.close()
     assert [p["event"] for p in server.payloads] == ["run_started", "run_finished"] * 2
     assert [p["step"] for p in server.payloads] == [0, 3, 3, 5]
