@@ -70,6 +70,7 @@ _L = "obsbus.loggers."
 _BUILTIN: dict[Kind, dict[str, str]] = {
     "callbacks": {
         "early_stopper": _C + "early_stopper:EarlyStopper",
+        "hang_watchdog": _C + "hang_watchdog:HangWatchdog",
         "lr_monitor": _C + "lr_monitor:LRMonitor",
         "memory_monitor": _C + "memory_monitor:MemoryMonitor",
         "memory_snapshot": _C + "memory_snapshot:MemorySnapshot",
@@ -93,8 +94,10 @@ _BUILTIN: dict[Kind, dict[str, str]] = {
         "progress_bar": _L + "progress_bar_logger:ProgressBarLogger",
         "remote_uploader_downloader": _L + "remote_uploader_downloader:RemoteUploaderDownloader",
         "run_report": _L + "run_report:RunReport",
+        "slack": _L + "alerts:SlackLogger",
         "tensorboard": _L + "tensorboard_logger:TensorboardLogger",
         "wandb": _L + "wandb_logger:WandBLogger",
+        "webhook": _L + "alerts:WebhookLogger",
     },
     "schedules": {
         "cyclic": "obsbus.profiler.schedule:cyclic_schedule",
