@@ -339,17 +339,23 @@ class AlertDestination(LoggerDestination):
                 step=step,
             )
         if self.switches["loss_spike"] and step != self._spike_step:
-            spikes = {k: v for k, v in metrics.items() if k.startswith(SPIKE_PREFIX)}
-            if spikes and self._active("loss_spike"):
-                self._spike_step = -1 if step is None else step
-                self._send(
-                    "loss_spike",
-                    "Loss spike" + self._of_run(),
-                    f"The loss jumped and stayed up, at batch {step}.",
-                    level="warning",
-                    metrics=spikes,
-                    step=step,
-                )
+            for key in metrics:  # no dict built on the usual call, which has no such key
+                if key.startswith(SPIKE_PREFIX):
+                    self._loss_spike(metrics, step)
+                    break
+
+    def _loss_spike(self, metrics: Mapping[str, Any], step: int | None) -> None:
+        if not self._active("loss_spike"):
+            return
+        self._spike_step = -1 if step is None else step  # one alert a step
+        self._send(
+            "loss_spike",
+            "Loss spike" + self._of_run(),
+            f"The loss jumped and stayed up, at batch {step}.",
+            level="warning",
+            metrics={k: v for k, v in metrics.items() if k.startswith(SPIKE_PREFIX)},
+            step=step,
+        )
 
     def _of_run(self) -> str:
         return "" if self._state is None else f": {self._state.run_name}"

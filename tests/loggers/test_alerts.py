@@ -138,6 +138,7 @@ def run_every_event(dest, tmp_path):
             run.logger.upload_file("ckpt.pt", second, overwrite=False)  # refused: exists
         if i == 3:
             run.log_metrics({"loss_spike/detected": torch.tensor(1.0)}, step=3)
+            run.log_metrics({"loss_spike/ratio": torch.tensor(9.0)}, step=3)  # same step: no 2nd
             dest.alert("Hang on rank 0", "No batch_end for 30 min.", level="error", file=dump)
         if i == 4:
             raise RuntimeError("the data loader died")
