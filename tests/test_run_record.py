@@ -107,7 +107,36 @@ def test_trainer_run_record(planted):
     assert any(line.startswith("torch==") for line in packages)
     system = _read(folder, "system.json")
     assert system["torch"]["report"] is None and system["hardware"]["cpu_threads"] >= 1
+    _assert_resolved(folder, trainer)
     _assert_no_secret_in(folder)
+
+
+def _assert_resolved(folder: Path, trainer: Trainer) -> None:
+    """resolved.yaml says what plugins.json says, by registry name, and builds again."""
+    import yaml
+
+    from obsbus import config
+
+    path = folder / "config" / "resolved.yaml"
+    resolved = yaml.safe_load(path.read_text())
+    plugins = {p["class"]: p["args"] for p in _read(folder, "plugins.json")["plugins"]}
+    assert resolved["run_name"] == trainer.state.run_name
+    assert resolved["run_folder"] == str(folder.absolute())
+    assert (
+        resolved["callbacks"]["speed_monitor"]
+        == plugins["obsbus.callbacks.speed_monitor.SpeedMonitor"]
+    )
+    assert resolved["loggers"]["file"] == plugins["obsbus.loggers.file_logger.FileLogger"]
+    (notifier,) = resolved["unregistered"]
+    assert notifier["class"] == f"{Notifier.__module__}.Notifier"
+    assert notifier["args"]["api_key"] == "***"
+    assert "python_args" not in resolved  # every argument of a registered plug-in is data
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ObsbusWarning)  # the unregistered Notifier is skipped
+        rebuilt = config.build(path)
+    assert [type(p).__name__ for p in rebuilt.loggers + rebuilt.callbacks] == [
+        "FileLogger", "SpeedMonitor"]  # fmt: skip
+    assert rebuilt.callbacks[0].window_size == 7
 
 
 def test_run_record_with_profiler_and_git(planted, tmp_path):
