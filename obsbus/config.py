@@ -183,7 +183,7 @@ def named_instances(
             problems.append((where, f"unknown {singular} {name!r}{hint or '.'} Accepted: "
                                     f"{', '.join(known)}"))  # fmt: skip
             continue
-        except ImportError as exc:
+        except (ImportError, AttributeError) as exc:  # a third party's entry point
             problems.append((where, f"could not be imported: {mask_secrets(str(exc))}"))
             continue
         many = isinstance(given, list)

@@ -133,7 +133,7 @@ def _entry_points(kind: Kind) -> dict[str, str]:
                     stacklevel=3,
                 )
             continue
-        found.setdefault(ep.name, ep.value)
+        found.setdefault(ep.name, ep.value.split("[", 1)[0].strip())  # "mod:Class [extra]"
     return found
 
 

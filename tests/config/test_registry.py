@@ -150,3 +150,13 @@ def test_an_entry_point_can_not_shadow_a_builtin(tmp_path, monkeypatch):
     assert registry.load("callbacks", "speed_monitor") is obsbus.callbacks.SpeedMonitor
     (warning,) = [w for w in caught if issubclass(w.category, ObsbusWarning)]
     assert "'speed_monitor' = 'acme_obs:AcmeMonitor'" in str(warning.message)
+
+
+def test_a_broken_entry_point_is_a_problem_with_its_path(tmp_path, monkeypatch):
+    _distribution(tmp_path, monkeypatch, name="acme_gone", target="acme_obs:Gone [extra]")
+    with pytest.raises(config.ConfigError) as info:
+        config.build({"callbacks": {"acme_gone": {}, "lr_monitor": {"log_intervl": "1ba"}}})
+    found = dict(info.value.problems)
+    assert found["callbacks.acme_gone"].startswith("could not be imported: ")
+    assert "Gone" in found["callbacks.acme_gone"] and "callbacks.lr_monitor.log_intervl" in found
+    assert registry.import_path("callbacks", "acme_gone") == "acme_obs:Gone"
