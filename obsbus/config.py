@@ -10,6 +10,7 @@ The shape is llm-foundry's::
     profiler:
       schedule: {cyclic: {skip_first: 1, wait: 0, warmup: 1, active: 2, repeat: 1}}
       trace_handlers: {json_trace_handler: {folder: traces}}
+    logging: {sink_level: INFO}   # optional: setup_logging's arguments (RunConfig.setup_logging)
 
 Each plug-in is named as in :mod:`obsbus.registry`; its value is its
 arguments (``{}`` or nothing for the defaults), or a list of them for several
@@ -78,7 +79,7 @@ __all__ = [
 DIALECTS = ("primus",)
 #: Top-level keys the export writes and :func:`build` skips, with a warning.
 IGNORED_KEYS = ("unregistered", "python_args")
-_TOP = ("run_name", "run_folder", "log_interval", "callbacks", "loggers", "profiler")
+_TOP = ("run_name", "run_folder", "log_interval", "callbacks", "loggers", "profiler", "logging")
 _SECTIONS: dict[str, registry.Kind] = {"callbacks": "callbacks", "loggers": "loggers"}
 Source = Mapping[str, Any] | str | os.PathLike[str]
 
@@ -108,6 +109,23 @@ class RunConfig:
     profiler: Any = None
     run_name: str | None = None
     run_folder: str | None = None
+    #: The ``logging:`` section: :func:`obsbus.log.setup_logging`'s arguments, checked.
+    logging: dict[str, Any] | None = None
+
+    def setup_logging(self, run_folder: Any = None) -> Any:
+        """Call :func:`obsbus.log.setup_logging` with the ``logging:`` section's arguments.
+
+        ``run_folder`` defaults to the config's. Returns loguru's logger.
+        """
+        from obsbus.log import setup_logging
+
+        folder = run_folder if run_folder is not None else self.run_folder
+        if folder is None:
+            raise ValueError(
+                "RunConfig.setup_logging needs a run folder: the config has no run_folder. "
+                "To fix, add run_folder: to the config or pass run_folder=."
+            )
+        return setup_logging(folder, **(self.logging or {}))
 
     def kwargs(self) -> dict[str, Any]:
         """``callbacks=, loggers=, profiler=, run_folder=, run_name=``."""
@@ -231,6 +249,23 @@ def _check_top(cfg: Mapping[str, Any], problems: list[Problem]) -> None:
     problems += check_time("log_interval", interval)
 
 
+def _check_logging(value: Any, problems: list[Problem]) -> dict[str, Any] | None:
+    """The ``logging:`` section against :func:`obsbus.log.setup_logging` (not its run_folder)."""
+    from obsbus.log import setup_logging
+
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        problems.append(("logging", "expected a mapping of setup_logging arguments"))
+        return None
+    if "run_folder" in value:
+        problems.append(("logging.run_folder", "give the run folder at the top: run_folder:"))
+    args = {k: v for k, v in value.items() if k != "run_folder"}
+    kwargs, found = check_arguments("logging", "setup_logging", setup_logging, args)
+    problems += [p for p in found if p[0] != "logging.run_folder"]
+    return kwargs
+
+
 def build(source: Source, *, dialect: str | None = None) -> RunConfig:
     """Check ``source`` (a dict or a YAML file) whole, then build its plug-ins.
 
@@ -263,6 +298,7 @@ def build(source: Source, *, dialect: str | None = None) -> RunConfig:
         problems += found
     profiler_plan, found = plan_profiler(cfg.get("profiler"))
     problems += found
+    logging_args = _check_logging(cfg.get("logging"), problems)
     if problems or secrets:
         # A secret key is also "unknown" to most plug-ins: report it once, as a secret.
         paths = {path for path, _ in secrets}
@@ -282,6 +318,7 @@ def build(source: Source, *, dialect: str | None = None) -> RunConfig:
         profiler=profiler,
         run_name=cfg.get("run_name"),
         run_folder=cfg.get("run_folder"),
+        logging=logging_args,
     )
 
 

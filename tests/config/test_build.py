@@ -251,3 +251,28 @@ def test_kwargs_fit_every_host(target):
     module, _, name = target.partition(":")
     params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
     assert set(config.RunConfig().kwargs()) <= set(params)
+
+
+def test_the_logging_section_is_setup_loggings_arguments():
+    from obsbus.log import reset_logging
+
+    cfg = config.build({"run_folder": "logged", "logging": {"sink_level": "WARNING",
+                                                            "stderr": False}})  # fmt: skip
+    assert cfg.logging == {"sink_level": "WARNING", "stderr": False}
+    assert "logging" not in cfg.kwargs()
+    logger = cfg.setup_logging()
+    try:
+        logger.warning("kept")
+        logger.info("dropped: sink_level overrides file_sink_level")
+    finally:
+        reset_logging()
+    text = "".join(p.read_text() for p in Path("logged/logs").rglob("*") if p.is_file())
+    assert "kept" in text and "dropped" not in text
+    with pytest.raises(config.ConfigError) as info:
+        config.build({"logging": {"sink_levl": "INFO", "run_folder": "x", "stderr": "no"}})
+    found = dict(info.value.problems)
+    assert "did you mean 'sink_level'?" in found["logging.sink_levl"]
+    assert found["logging.run_folder"] == "give the run folder at the top: run_folder:"
+    assert found["logging.stderr"] == "expected bool, got 'no'"
+    with pytest.raises(ValueError, match="needs a run folder"):
+        config.build({"logging": {}}).setup_logging()
