@@ -394,7 +394,11 @@ class HangWatchdog(Callback):
         lines += ["== torch.cuda memory ==", *cuda_memory(state), ""]
         folder = self._folder_path(state, logger)
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"rank{info.rank}-{stamp.strftime('%Y%m%dT%H%M%SZ')}.txt"
+        stem = f"rank{info.rank}-{stamp.strftime('%Y%m%dT%H%M%SZ')}"
+        path, n = folder / f"{stem}.txt", 1
+        while path.exists():  # a second stall within the same second keeps the first dump
+            n += 1
+            path = folder / f"{stem}-{n}.txt"
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(mask_secrets("\n".join(lines)), encoding="utf-8")
         os.replace(tmp, path)  # an uploader or a person never reads half a dump

@@ -452,3 +452,11 @@ def test_cuda_memory_stats_that_hang_are_given_up(monkeypatch):
     assert hang_watchdog.cuda_memory(State(run_name="r")) == [
         "not read within 0.2 s (the stuck thread may hold the allocator)"
     ]
+
+
+def test_two_stalls_in_one_second_keep_both_dumps():
+    dog = HangWatchdog(timeout=0.1)
+    train([SleepAt(at=(1, 2), seconds=0.4), dog], batches=3)
+    assert len(dog.dumps) == 2
+    assert len({p.name for p in dog.dumps}) == 2
+    assert all(p.exists() for p in dog.dumps)
