@@ -11,7 +11,7 @@ and ``obsbus.loggers``::
     acme_monitor = "acme_obs.monitor:AcmeMonitor"
 
 A built-in name wins over an entry point of the same name (which is
-reported once with a warning).
+reported once with a warning). Entry points are read once per ``sys.path``.
 
 Example:
     >>> from obsbus.registry import build_callback, names
@@ -28,8 +28,10 @@ Example:
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import importlib.metadata as metadata
+import sys
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
@@ -117,10 +119,16 @@ def _check_kind(kind: str) -> Kind:
 
 
 def _entry_points(kind: Kind) -> dict[str, str]:
+    # Scanning the installed distributions takes milliseconds and every run's resolved.yaml
+    # names its plug-ins: read once per sys.path (a folder added to it is scanned again).
+    return dict(_scan(kind, tuple(sys.path)))
+
+
+@functools.lru_cache(maxsize=16)
+def _scan(kind: Kind, _path: tuple[str, ...]) -> dict[str, str]:
     group = ENTRY_POINT_GROUPS.get(kind)
     if group is None:
         return {}
-    # Read on every call (it is cheap): a package installed while the process runs counts.
     found: dict[str, str] = {}
     for ep in metadata.entry_points(group=group):
         if ep.name in _BUILTIN[kind]:
@@ -130,7 +138,7 @@ def _entry_points(kind: Kind) -> dict[str, str]:
                     f"the entry point {ep.name!r} = {ep.value!r} in group {group!r} is ignored: "
                     f"{ep.name!r} is a built-in {_SINGULAR[kind]}. To fix, rename the entry point.",
                     ObsbusWarning,
-                    stacklevel=3,
+                    stacklevel=4,
                 )
             continue
         found.setdefault(ep.name, ep.value.split("[", 1)[0].strip())  # "mod:Class [extra]"
