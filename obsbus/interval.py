@@ -45,6 +45,16 @@ class LogInterval:
     __slots__ = ("batches", "epochs", "time")
 
     def __init__(self, value: TimeLike, what: str, default_unit: TimeUnit = TimeUnit.BATCH) -> None:
+        if not isinstance(what, str) or not what.strip():
+            raise TypeError(
+                f"LogInterval what must be the owner and parameter the errors name, such as "
+                f"'ConsoleLogger log_interval', got {what!r}."
+            )
+        if default_unit not in (TimeUnit.BATCH, TimeUnit.EPOCH):
+            raise TypeError(
+                f"LogInterval default_unit must be TimeUnit.BATCH or TimeUnit.EPOCH (the unit "
+                f"of a bare int), got {default_unit!r}."
+            )
         interval = Time.from_input(value, default_unit=default_unit, name=what)
         if interval.unit not in (TimeUnit.BATCH, TimeUnit.EPOCH) or interval.value < 1:
             raise ValueError(

@@ -154,7 +154,7 @@ def test_speed_monitor_sees_the_autocast_of_amp_bf16():
     monitor = SpeedMonitor(window_size=1)
     with trainer(precision="amp_bf16", callbacks=[monitor], max_duration="1ba") as t:
         t.fit()
-    assert monitor._detected == "bf16"
+    assert monitor._mfu._detected == "bf16"
 
 
 def test_train_subset_num_batches_ends_every_epoch_early():

@@ -101,6 +101,7 @@ BASE_KWARGS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "BackgroundWriter": lambda tmp: {"name": "bad-input"},
     "RunFolder": lambda tmp: {"root": str(tmp / "run")},
     "Time": lambda tmp: {"value": 1, "unit": "ba"},
+    "LogInterval": lambda tmp: {"value": "1ba", "what": "LogInterval value"},
     "ThresholdStopper": lambda tmp: {
         "monitor": "loss", "dataloader_label": "eval", "threshold": 0.0,
     },
@@ -145,6 +146,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("EarlyStopper", "patience", "zero=0"): "0 epochs: the same, a bare int being epochs",
     ("Time", "value", "negative=-5"): "a Time is an amount: Time('1ep') - '3ep' is -2ep",
     ("Time", "value", "negative=-1.0"): "the same, in a unit that takes fractions",
+    ("RunningAverage", "skip", "zero=0"): "0: no warm-up value is left out",
+    ("RunningAverage", "reset_interval", "zero=0"): "0 never restarts the window (Primus's)",
 }
 
 #: (constructor, parameter) -> why it is not fixed yet. Only parameters of modules this
