@@ -134,7 +134,7 @@ def _schedule(schedule: object) -> dict[str, Any] | None:
     """``{name: args}`` read back from a registered schedule's repr (a call with literals)."""
     try:
         call = ast.parse(repr(schedule), mode="eval").body
-    except SyntaxError:
+    except Exception:  # a user's schedule: its repr may be anything, or raise
         return None
     if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.args:
         return None
