@@ -3,7 +3,8 @@
 The page opens offline in any browser (the plotting library's JavaScript is
 inlined; nothing is fetched). It shows:
 
-- a header: run name, status (below), duration, steps, samples, each rank's
+- a header: run name, status (below), start time (the status files, else
+  ``config/run.json``), duration, steps, samples, each rank's
   status, every failure obsbus recorded (the failures RunReport saw in the
   logger's failure log, the ``[exception]`` lines of FileLogger's text log,
   metrics that went NaN or inf, ``nan/*`` keys from NaNMonitor, torn or bad

@@ -75,10 +75,18 @@ def _duration(seconds: float | None) -> str:
     return str(datetime.timedelta(seconds=round(seconds, 1))).removesuffix("00000")
 
 
+def _when(epoch: float | None) -> str:
+    if epoch is None:
+        return "unknown"
+    when = datetime.datetime.fromtimestamp(epoch, datetime.UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _header(data: RunData, summary: Summary) -> str:
     facts = [
         ("status", _badge(summary.status)),
         ("run folder", _text(data.root)),
+        ("started", escape(_when(summary.started))),
         ("duration", escape(_duration(summary.duration_s))),
         ("steps", "unknown" if summary.steps is None else _num(summary.steps)),
         ("samples", "unknown" if summary.samples is None else _num(summary.samples)),

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from dataclasses import dataclass, field
 
 from obsbus.report._read import RankData, RunData
 
-__all__ = ["Summary", "rank_status", "summarize"]
+__all__ = ["Summary", "rank_status", "started", "summarize"]
 
 #: Worst first: the run's status is the worst of its ranks'.
 _SEVERITY = ("failed", "killed", "unknown", "finished")
@@ -51,6 +52,8 @@ class Summary:
     #: rank -> (status, why)
     ranks: dict[int, tuple[str, str]]
     duration_s: float | None
+    #: When the run started, epoch seconds (see :func:`started`).
+    started: float | None
     steps: float | None
     samples: int | None
     tokens: int | None
@@ -69,14 +72,37 @@ def _timestamp(data: RunData, name: str) -> int | None:
     return max(numbers) if numbers else None
 
 
+def started(data: RunData) -> float | None:
+    """When the run started (epoch seconds): the earliest ``started`` of the status files,
+    else ``config/run.json``'s (ISO 8601, written at ``init``), else ``None``."""
+    found = [
+        float(r.status["started"])
+        for r in data.ranks.values()
+        if r.status and isinstance(r.status.get("started"), (int, float))
+    ]
+    if found:
+        return min(found)
+    run = data.config.get("run.json")
+    value = run.get("started") if isinstance(run, dict) else None
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.timestamp()
+
+
 def _duration(data: RunData) -> float | None:
-    starts: list[float] = []
+    start = started(data)
+    starts: list[float] = [] if start is None else [start]
     ends: list[float] = []
     for r in data.ranks.values():
         status = r.status or {}
-        for value, into in ((status.get("started"), starts), (status.get("ended"), ends)):
-            if isinstance(value, (int, float)):
-                into.append(float(value))
+        if isinstance(status.get("ended"), (int, float)):
+            ends.append(float(status["ended"]))
         if r.first_wall is not None:
             starts.append(r.first_wall)
         if r.last_wall is not None:
@@ -149,6 +175,7 @@ def summarize(data: RunData) -> Summary:
         status=worst,
         ranks=ranks,
         duration_s=_duration(data),
+        started=started(data),
         steps=float(batch) if batch is not None else (max(steps) if steps else None),
         samples=_timestamp(data, "sample"),
         tokens=_timestamp(data, "token"),

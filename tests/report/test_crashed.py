@@ -199,3 +199,25 @@ def test_traces_in_the_folders_the_profiler_was_given_are_summed(tmp_path):
     batch = traces.spans["event/batch"]
     assert (batch.count, batch.total_us) == (3, 1500 + 500 + 1500)
     assert traces.spans["callback/SpeedMonitor/batch_end"].total_us == 300
+
+
+def test_without_a_status_file_the_start_comes_from_run_json(tmp_path):
+    """No RunReport: config/run.json's ``started`` (written at init) starts the duration, and
+    the header shows it."""
+    import datetime
+
+    folder = tmp_path / "record"
+    with Run(max_duration="2ba", run_folder=folder, loggers=[FileLogger()]) as run:
+        for batch in run.train([[1], [2]]):
+            run.state.loss = float(batch[0])
+    run_json = json.loads((folder / "config" / "run.json").read_text())
+    # an earlier start than the first row's wall time, as a long first step would give
+    run_json["started"] = "2026-01-02T03:04:05+00:00"
+    (folder / "config" / "run.json").write_text(json.dumps(run_json))
+    data = read_run(folder)
+    assert not data.ranks[0].status  # no status file: nothing else says when it started
+    summary = summarize(data)
+    start = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC).timestamp()
+    assert summary.started == start
+    assert summary.duration_s == pytest.approx(data.ranks[0].last_wall - start)
+    assert "<dt>started</dt><dd>2026-01-02 03:04:05 UTC</dd>" in build_report(folder)
