@@ -29,7 +29,9 @@ __all__ = [
 MASK = "***"
 
 #: Environment variable names whose values are secrets (DESIGN principle 7), as a substring.
-SECRET_ENV_NAME = re.compile(r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|PASSPHRASE", re.I)
+SECRET_ENV_NAME = re.compile(
+    r"TOKEN|SECRET|KEY|PASSWORD|PASSWD|CREDENTIAL|PASSPHRASE|WEBHOOK", re.I
+)
 
 #: ``scheme://user:password@`` or ``scheme://user@``; the password may hold an unescaped ``@``.
 URI_USERINFO = re.compile(

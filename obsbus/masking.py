@@ -26,7 +26,7 @@ sinks all go through :func:`mask_secrets` (text) or :func:`mask_value`
   keys of one case, are not recognised by their shape: the rules below or
   :func:`add_secret_pattern` catch them.
 - **Values of secret-named environment variables** (names containing TOKEN,
-  SECRET, KEY, PASSWORD, PASSWD, CREDENTIAL or PASSPHRASE) of 6 characters or
+  SECRET, KEY, PASSWORD, PASSWD, CREDENTIAL, PASSPHRASE or WEBHOOK) of 6 characters or
   more, wherever they appear. The environment snapshot drops those variables.
 - **Values named as secrets**: the string value of a hyperparameter, and the
   value in ``name=value``, ``--name value`` and ``'name': 'value'`` text, whose

@@ -30,6 +30,9 @@ CONSTRUCTOR_KWARGS: dict[str, dict] = {
     "NeptuneLogger": {"mode": "debug"},
     "WandBLogger": {"mode": "offline"},
     "RemoteUploaderDownloader": {"bucket_uri": "memory://contract-bucket"},
+    # Alerts: the URL comes from the environment (a refused local port, set below).
+    "SlackLogger": {"close_timeout": 0.5, "max_attempts": 1},
+    "WebhookLogger": {"close_timeout": 0.5, "max_attempts": 1},
 }
 
 
@@ -54,6 +57,8 @@ def _trackers_stay_offline_and_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("DO_NOT_TRACK", "1")
     monkeypatch.setenv("COMET_DISABLE_AUTO_LOGGING", "1")
     monkeypatch.setenv("COMET_ERROR_TRACKING_ENABLE", "false")
+    monkeypatch.setenv("SLACK_WEBHOOK_URL", "http://127.0.0.1:9/hooks/contract")
+    monkeypatch.setenv("OBSBUS_WEBHOOK_URL", "http://127.0.0.1:9/hooks/contract")
 
 
 def exported_plugins():

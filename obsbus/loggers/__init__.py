@@ -8,6 +8,7 @@ as in Composer (``from obsbus.loggers import Logger, LoggerDestination``).
 """
 
 from obsbus.logger import Logger, LoggerDestination
+from obsbus.loggers.alerts import SlackLogger, WebhookLogger
 from obsbus.loggers.comet_ml_logger import CometMLLogger
 from obsbus.loggers.console_logger import ConsoleLogger
 from obsbus.loggers.file_logger import FileLogger
@@ -38,8 +39,10 @@ __all__ = [
     "ProgressBarLogger",
     "RemoteUploaderDownloader",
     "RunReport",
+    "SlackLogger",
     "TensorboardLogger",
     "UploadError",
     "WandBLogger",
+    "WebhookLogger",
     "maybe_create_remote_uploader_downloader_from_uri",
 ]

@@ -134,8 +134,15 @@ class AlertDestination(LoggerDestination):
             if log_interval is None
             else LogInterval(log_interval, f"{cls} log_interval", TimeUnit.EPOCH)
         )
-        if isinstance(include_keys, str) or not all(isinstance(k, str) for k in include_keys):
-            raise TypeError(f"{cls} include_keys must be a list of key patterns (str).")
+        if (
+            isinstance(include_keys, str)
+            or not isinstance(include_keys, (list, tuple))
+            or not all(isinstance(k, str) for k in include_keys)
+        ):
+            raise TypeError(
+                f"{cls} include_keys must be a list of key patterns (str), got "
+                f"{include_keys!r}. To fix, pass e.g. include_keys=['loss/', 'metrics/eval/']."
+            )
         self.include_keys = tuple(include_keys)
         try:  # Composer's rule: a key is shown when one pattern matches at its start
             self._include = (

@@ -31,11 +31,11 @@ _holders_lock = threading.Lock()
 
 
 def check_env_name(owner: str, name: str, value: object) -> str:
-    """``value`` if it can name an environment variable; the error never shows a value."""
-    if not isinstance(value, str):
+    """``value`` if it can name an environment variable; the error never shows a str."""
+    if not isinstance(value, str):  # not a str, so not a pasted URL or token
         raise TypeError(
             f"{owner} {name} must be the name of an environment variable (a str), "
-            f"got a {type(value).__name__}."
+            f"got {value!r}. To fix, pass e.g. {name}='SLACK_WEBHOOK_URL'."
         )
     if not _ENV_NAME.fullmatch(value):
         raise ValueError(
