@@ -207,10 +207,20 @@ def build(kind: Kind, name: str, **kwargs: Any) -> Any:
     return load(kind, name)(**kwargs)
 
 
+def _check_name(owner: str, kind: Kind, name: object) -> None:
+    if not isinstance(name, str):
+        raise TypeError(
+            f"{owner} name must be a registered name (a str such as "
+            f"{'speed_monitor' if kind == 'callbacks' else 'tensorboard'!r}), got {name!r}. "
+            "`obsbus config keys` lists them."
+        )
+
+
 def build_callback(name: str, **kwargs: Any) -> Callback:
     """Build the callback registered as ``name`` (``"speed_monitor"``) with ``kwargs``."""
     from obsbus.callback import Callback
 
+    _check_name("build_callback", "callbacks", name)
     built = build("callbacks", name, **kwargs)
     if not isinstance(built, Callback):
         raise TypeError(f"the callback {name!r} built {built!r}, which is not a Callback.")
@@ -221,6 +231,7 @@ def build_logger(name: str, **kwargs: Any) -> LoggerDestination:
     """Build the logger destination registered as ``name`` (``"tensorboard"``) with ``kwargs``."""
     from obsbus.logger import LoggerDestination
 
+    _check_name("build_logger", "loggers", name)
     built = build("loggers", name, **kwargs)
     if not isinstance(built, LoggerDestination):
         raise TypeError(f"the logger {name!r} built {built!r}, which is not a LoggerDestination.")

@@ -102,6 +102,8 @@ BASE_KWARGS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "RunFolder": lambda tmp: {"root": str(tmp / "run")},
     "Time": lambda tmp: {"value": 1, "unit": "ba"},
     "LogInterval": lambda tmp: {"value": "1ba", "what": "LogInterval value"},
+    "build_callback": lambda tmp: {"name": "lr_monitor"},
+    "build_logger": lambda tmp: {"name": "in_memory"},
     "ThresholdStopper": lambda tmp: {
         "monitor": "loss", "dataloader_label": "eval", "threshold": 0.0,
     },
