@@ -55,9 +55,10 @@ class HangWatchdog(Callback):
     counter every ``poll_interval`` seconds and measures staleness on its own
     clock, so a hang is seen within ``timeout + poll_interval``. (A counter,
     not a timestamp: even ``time.monotonic()``, a vDSO call on Linux, is a C
-    call per batch; the counter needs none.) It runs from ``fit_start`` to
-    ``fit_end`` (or ``exception``, ``close``). When the counter has not
-    moved for ``timeout`` (before the first batch of a fit:
+    call per batch; the counter needs none.) It watches from ``fit_start`` to
+    ``fit_end`` (or ``exception``, ``close``), and an evaluation or prediction
+    outside a fit from its start event to its end event. When the counter
+    has not moved for ``timeout`` (before the first batch of a watch:
     ``first_batch_timeout``) this rank writes
     ``{dump_folder}/rank{rank}-{time}.txt`` (relative to the run folder unless
     absolute; ``{time}`` is UTC, ``20261203T114500Z``) holding:
@@ -105,7 +106,7 @@ class HangWatchdog(Callback):
 
     Args:
         timeout: how long without a finished batch counts as a hang.
-        first_batch_timeout: the allowance before the first batch of each fit
+        first_batch_timeout: the allowance before the first batch of each watch
             (compilation, data loader start-up); ``None``: ``timeout``, so a
             first collective that never completes is caught as well.
         dump_folder: where the dumps go; placeholders (``{run_name}``,
@@ -178,6 +179,7 @@ class HangWatchdog(Callback):
         self._train_ident: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._until = ""  # the event that ends the current watch
 
     # ------------------------------------------------------------------ hooks
     @override
@@ -186,15 +188,46 @@ class HangWatchdog(Callback):
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:
+        self._stop_thread()  # a fit always watches from its own start
+        self._start(state, logger, "fit_start", "fit_end")
+
+    # An evaluation or prediction outside a fit is watched too; inside one, the fit's watch
+    # goes on (the batch-end counter is the same).
+    @override
+    def eval_standalone_start(self, state: State, logger: Logger) -> None:
+        if self._thread is None:
+            self._start(state, logger, "eval_standalone_start", "eval_standalone_end")
+
+    @override
+    def eval_standalone_end(self, state: State, logger: Logger) -> None:
+        self._end("eval_standalone_end")
+
+    @override
+    def predict_start(self, state: State, logger: Logger) -> None:
+        if self._thread is None:
+            self._start(state, logger, "predict_start", "predict_end")
+        else:
+            self._last_event = "predict_start"
+
+    @override
+    def predict_end(self, state: State, logger: Logger) -> None:
+        self._end("predict_end")
+
+    def _start(self, state: State, logger: Logger, event: str, until: str) -> None:
         self._state, self._logger = state, logger
-        self._last_event = "fit_start"
+        self._last_event = event
+        self._until = until
         self._train_ident = threading.get_ident()
-        self._stop_thread()
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._watch, args=(self._stop,), name=THREAD_NAME, daemon=True
         )
         self._thread.start()
+
+    def _end(self, event: str) -> None:
+        self._last_event = event
+        if self._until == event:
+            self._stop_thread()
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
@@ -230,8 +263,7 @@ class HangWatchdog(Callback):
 
     @override
     def fit_end(self, state: State, logger: Logger) -> None:
-        self._last_event = "fit_end"
-        self._stop_thread()
+        self._end("fit_end")
 
     @override
     def exception(self, state: State, logger: Logger) -> None:

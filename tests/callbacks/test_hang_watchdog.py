@@ -402,6 +402,7 @@ class FakeCuda:
 
     def __init__(self, stall: float = 0.0) -> None:
         self.stall = stall
+        self.release = threading.Event()
 
     def is_initialized(self):
         return True
@@ -410,7 +411,7 @@ class FakeCuda:
         return 2
 
     def memory_stats(self, index):
-        time.sleep(self.stall)  # an allocator lock held by the stuck thread
+        self.release.wait(self.stall)  # an allocator lock held by the stuck thread
         mib = 2**20
         return {
             "allocated_bytes.all.current": (index + 1) * 3 * mib,
@@ -447,11 +448,15 @@ def test_cuda_memory_stats_that_hang_are_given_up(monkeypatch):
     from obsbus import State
     from obsbus.callbacks import hang_watchdog
 
-    monkeypatch.setitem(sys.modules, "torch", FakeTorch(FakeCuda(stall=5.0)))
+    cuda = FakeCuda(stall=5.0)
+    monkeypatch.setitem(sys.modules, "torch", FakeTorch(cuda))
     monkeypatch.setattr(hang_watchdog, "_CUDA_WAIT_S", 0.2)
-    assert hang_watchdog.cuda_memory(State(run_name="r")) == [
-        "not read within 0.2 s (the stuck thread may hold the allocator)"
-    ]
+    try:
+        assert hang_watchdog.cuda_memory(State(run_name="r")) == [
+            "not read within 0.2 s (the stuck thread may hold the allocator)"
+        ]
+    finally:
+        cuda.release.set()  # the reader thread ends, so no later test sees it
 
 
 def test_two_stalls_in_one_second_keep_both_dumps():
@@ -460,3 +465,36 @@ def test_two_stalls_in_one_second_keep_both_dumps():
     assert len(dog.dumps) == 2
     assert len({p.name for p in dog.dumps}) == 2
     assert all(p.exists() for p in dog.dumps)
+
+
+class SleepInEvalAndPredict(Callback):
+    def eval_batch_end(self, state, logger):
+        time.sleep(1.0)
+
+    def predict_batch_end(self, state, logger):
+        time.sleep(1.0)
+
+
+@pytest.mark.parametrize("mode", ["eval", "predict"])
+def test_standalone_eval_and_predict_are_watched(mode):
+    dog = HangWatchdog(timeout=0.3)
+    run = Run(callbacks=[SleepInEvalAndPredict(), dog], run_folder="run", run_name="alone")
+    for _ in getattr(run, mode)([[1.0]]):
+        pass
+    assert not [t for t in threading.enumerate() if t.name.startswith(THREAD_NAME)]
+    run.close()
+    [dump] = dog.dumps
+    hook = f"{mode}_batch_end (in SleepInEvalAndPredict.{mode}_batch_end)"
+    assert f"event in progress: {hook}" in dump.read_text()
+
+
+def test_predict_inside_a_fit_keeps_the_fit_watched():
+    dog = HangWatchdog(timeout=0.3)
+    with Run(
+        max_duration="3ba", callbacks=[SleepAt(at=(2,), seconds=1.2), dog], run_folder="run"
+    ) as run:
+        for _ in run.train([[1.0]] * 3):
+            if run.state.timestamp.batch.value == 1:
+                for _ in run.predict([[2.0]]):
+                    pass
+    assert ["batch: 2 " in p.read_text() for p in dog.dumps] == [True]
