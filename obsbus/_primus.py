@@ -218,7 +218,9 @@ class _Keys:
         return self.flat.get(key, self.defaults.get(key))
 
     def bad(self, key: str, value: Any, accepted: str) -> None:
-        self.problems.append((self.paths.get(key, key), f"{value!r} is not {accepted}"))
+        path = self.paths.get(key, key)
+        if all(path != seen for seen, _ in self.problems):  # a key read twice: told once
+            self.problems.append((path, f"{value!r} is not {accepted}"))
 
     def flag(self, key: str) -> bool:
         value = self.raw(key)
@@ -288,7 +290,9 @@ def _merge(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict
         flat[key], paths[key] = value, path
 
     for key, value in cfg.items():
-        if key != "modules":
+        if key in _LOCATORS:  # a flat module config may say which framework it is for
+            facts[key] = value
+        elif key != "modules":
             put(key, value, str(key))
     modules = cfg.get("modules")
     if modules is None:
