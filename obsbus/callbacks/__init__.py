@@ -2,6 +2,7 @@
 
 from obsbus.callbacks._averaging import RunningAverage
 from obsbus.callbacks.early_stopper import EarlyStopper
+from obsbus.callbacks.hang_watchdog import HangWatchdog
 from obsbus.callbacks.lr_monitor import LRMonitor
 from obsbus.callbacks.memory_monitor import MemoryMonitor
 from obsbus.callbacks.memory_snapshot import MemorySnapshot
@@ -16,6 +17,7 @@ from obsbus.callbacks.threshold_stopper import ThresholdStopper
 
 __all__ = [
     "EarlyStopper",
+    "HangWatchdog",
     "LRMonitor",
     "MemoryMonitor",
     "MemorySnapshot",

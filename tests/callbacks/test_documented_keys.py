@@ -33,6 +33,7 @@ RANKS = "world size > 1 only"
 #: Each monitor's configurations for the short run; a new monitor must be added here.
 CASES: dict[str, list[dict]] = {
     "EarlyStopper": [dict(monitor="loss", dataloader_label="train", patience="2ba")],
+    "HangWatchdog": [dict(timeout=60)],
     "LRMonitor": [dict()],
     "MemoryMonitor": [dict(log_interval="2ba")],
     "MemorySnapshot": [dict(skip_batches=1, interval="2ba")],
