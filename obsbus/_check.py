@@ -17,11 +17,17 @@ Example:
     Traceback (most recent call last):
     ...
     ValueError: WandBLogger close_timeout must be a finite number of seconds > 0, got inf.
+    >>> check_choice("Run", "device", "cdua", ["cpu", "cuda"])
+    Traceback (most recent call last):
+    ...
+    ValueError: Run device must be one of 'cpu', 'cuda', got 'cdua'. Did you mean 'cuda'?
 """
 
 from __future__ import annotations
 
+import difflib
 import math
+import numbers
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -31,11 +37,18 @@ __all__ = [
     "NotAFolderError",
     "check_bool",
     "check_callable",
+    "check_choice",
     "check_folder",
     "check_folder_at_init",
+    "check_instance",
     "check_int",
     "check_iterable_of",
     "check_mapping",
+    "check_number",
+    "check_optional_choice",
+    "check_optional_int",
+    "check_optional_number",
+    "check_optional_str",
     "check_seconds",
     "check_str",
 ]
@@ -70,14 +83,206 @@ def check_bool(owner: str, name: str, value: object) -> bool:
     raise TypeError(f"{owner} {name} must be True or False, got {value!r}.{hint}")
 
 
-def check_int(owner: str, name: str, value: object, *, minimum: int = 0) -> int:
-    """``value`` if it is an int (not a bool) ``>= minimum``."""
-    accepted = f"a whole number >= {minimum}"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
-    if value < minimum:
+def _int_hint(value: object) -> str:
+    """How to fix a value that is nearly a whole number."""
+    if isinstance(value, float) and value.is_integer():
+        return f" To fix, pass {int(value)} rather than the float."
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return f" To fix, pass the int {int(value)}, not a string."
+    return ""
+
+
+def _bounds(low: float | None, high: float | None, *, open_low: bool = False) -> str:
+    parts = []
+    if low is not None:
+        parts.append(f"{'>' if open_low else '>='} {low}")
+    if high is not None:
+        parts.append(f"<= {high}")
+    return (" " + " and ".join(parts)) if parts else ""
+
+
+def _check_int(
+    owner: str, name: str, value: object, minimum: int, maximum: int | None, none: bool
+) -> int | None:
+    if none and value is None:
+        return None
+    accepted = f"a whole number{_bounds(minimum, maximum)}" + (" or None" if none else "")
+    if not _is_int(value):
+        raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.{_int_hint(value)}")
+    assert isinstance(value, int)
+    if value < minimum or (maximum is not None and value > maximum):
         raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.")
     return value
+
+
+def check_int(
+    owner: str, name: str, value: object, *, minimum: int = 0, maximum: int | None = None
+) -> int:
+    """``value`` if it is an int (not a bool) ``>= minimum`` (and ``<= maximum``, if given).
+
+    A bool is an int to Python, but ``True`` for a count is a mistake.
+    """
+    checked = _check_int(owner, name, value, minimum, maximum, none=False)
+    assert checked is not None
+    return checked
+
+
+def check_optional_int(
+    owner: str, name: str, value: object, *, minimum: int = 0, maximum: int | None = None
+) -> int | None:
+    """``None``, or what :func:`check_int` accepts; the message says "or None"."""
+    return _check_int(owner, name, value, minimum, maximum, none=True)
+
+
+def _check_number(
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    minimum: float | None,
+    maximum: float | None,
+    above: bool,
+    finite: bool,
+    real: bool,
+    unit: str,
+    none: bool,
+) -> float | None:
+    if none and value is None:
+        return None
+    accepted = (
+        f"a{' finite' if finite else ''} number{unit}{_bounds(minimum, maximum, open_low=above)}"
+        + (" or None" if none else "")
+    )
+    kinds: type | tuple[type, ...] = numbers.Real if real else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        hint = ""
+        if isinstance(value, str):
+            hint = " To fix, pass the number, not a string."
+        raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.{hint}")
+    number = float(value)  # type: ignore[arg-type]
+    if (
+        math.isnan(number)
+        or (finite and math.isinf(number))
+        or (minimum is not None and (number <= minimum if above else number < minimum))
+        or (maximum is not None and number > maximum)
+    ):
+        raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.")
+    return value  # type: ignore[return-value]
+
+
+def check_number(
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: bool = False,
+    finite: bool = True,
+    real: bool = False,
+    unit: str = "",
+) -> float:
+    """``value``, unchanged, if it is an int or float (not a bool) within the bounds.
+
+    nan is always refused (it compares false with every bound); inf is refused
+    unless ``finite=False``.
+
+    Args:
+        owner: who checks, e.g. ``"SpeedMonitor"``.
+        name: the parameter, e.g. ``"window_size"``.
+        value: what the caller passed.
+        minimum: the lowest value accepted (``None``: no lower bound).
+        maximum: the highest value accepted (``None``: no upper bound).
+        above: whether ``minimum`` itself is refused (``> minimum`` rather than ``>=``).
+        finite: whether inf is refused.
+        real: accept any ``numbers.Real`` (``numpy.float32``, ``Fraction``), not only
+            int and float.
+        unit: words after "number" in the message, e.g. ``" of seconds"``.
+    """
+    checked = _check_number(
+        owner, name, value, minimum=minimum, maximum=maximum, above=above,
+        finite=finite, real=real, unit=unit, none=False,
+    )  # fmt: skip
+    assert checked is not None
+    return checked
+
+
+def check_optional_number(
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: bool = False,
+    finite: bool = True,
+    real: bool = False,
+    unit: str = "",
+) -> float | None:
+    """``None``, or what :func:`check_number` accepts; the message says "or None"."""
+    return _check_number(
+        owner, name, value, minimum=minimum, maximum=maximum, above=above,
+        finite=finite, real=real, unit=unit, none=True,
+    )  # fmt: skip
+
+
+def _check_choice(
+    owner: str, name: str, value: object, choices: Iterable[str], none: bool
+) -> str | None:
+    if none and value is None:
+        return None
+    options = list(choices)
+    accepted = "one of " + ", ".join(repr(c) for c in options) + (" or None" if none else "")
+    if not isinstance(value, str):
+        raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
+    if value in options:
+        return value
+    hint = ""
+    close = [c for c in options if c.lower() == value.strip().lower()]
+    close = close or difflib.get_close_matches(value, options, n=1)
+    if close:
+        hint = f" Did you mean {close[0]!r}?"
+    raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.{hint}")
+
+
+def check_choice(owner: str, name: str, value: object, choices: Iterable[str]) -> str:
+    """``value`` if it is one of ``choices``.
+
+    A near miss (a typo, another case) gets a "Did you mean ...?" from :mod:`difflib`.
+    """
+    checked = _check_choice(owner, name, value, choices, none=False)
+    assert checked is not None
+    return checked
+
+
+def check_optional_choice(
+    owner: str, name: str, value: object, choices: Iterable[str]
+) -> str | None:
+    """``None``, or what :func:`check_choice` accepts; the message says "or None"."""
+    return _check_choice(owner, name, value, choices, none=True)
+
+
+def check_instance(
+    owner: str,
+    name: str,
+    value: object,
+    kind: type[T] | tuple[type, ...],
+    *,
+    accepted: str = "",
+    allow_none: bool = False,
+) -> Any:
+    """``value`` if it is a ``kind`` (or ``None`` where allowed).
+
+    ``accepted`` says what is accepted, for the message; by default the
+    type's name.
+    """
+    if (allow_none and value is None) or isinstance(value, kind):
+        return value
+    if not accepted:
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        accepted = " or ".join(f"a {k.__name__}" for k in kinds)
+    accepted += " or None" if allow_none else ""
+    raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
 
 
 def check_seconds(owner: str, name: str, value: object, *, allow_zero: bool = False) -> float:
@@ -101,6 +306,20 @@ def check_str(owner: str, name: str, value: object) -> str:
         raise TypeError(f"{owner} {name} must be a non-empty str, got {value!r}.")
     if not value:
         raise ValueError(f"{owner} {name} must be a non-empty str, got {value!r}.")
+    return value
+
+
+def check_optional_str(
+    owner: str, name: str, value: object, *, allow_empty: bool = False
+) -> str | None:
+    """``None``, or a str (non-empty unless ``allow_empty``)."""
+    if value is None:
+        return None
+    accepted = ("a str" if allow_empty else "a non-empty str") + " or None"
+    if not isinstance(value, str):
+        raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
+    if not value and not allow_empty:
+        raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.")
     return value
 
 

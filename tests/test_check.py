@@ -11,11 +11,18 @@ from obsbus._check import (
     NotAFolderError,
     check_bool,
     check_callable,
+    check_choice,
     check_folder,
     check_folder_at_init,
+    check_instance,
     check_int,
     check_iterable_of,
     check_mapping,
+    check_number,
+    check_optional_choice,
+    check_optional_int,
+    check_optional_number,
+    check_optional_str,
     check_seconds,
     check_str,
 )
@@ -127,3 +134,92 @@ def test_a_folder_path_that_is_fine_or_not_known_yet(tmp_path):
     with pytest.raises(TypeError, match=r"X dir must be a folder path \(str or os.PathLike\), "
                                         r"got 5\."):
         check_folder("X", "dir", 5)
+
+
+def test_int_upper_bound_and_how_to_fix_a_near_int():
+    assert check_int("X", "n", 5, minimum=1, maximum=5) == 5
+    with pytest.raises(ValueError, match=r"^X n must be a whole number >= 1 and <= 5, got 6\.$"):
+        check_int("X", "n", 6, minimum=1, maximum=5)
+    with pytest.raises(TypeError, match=r"^X n must be a whole number >= 0, got 2\.0\. "
+                                        r"To fix, pass 2 rather than the float\.$"):
+        check_int("X", "n", 2.0)
+    with pytest.raises(TypeError, match=r"got '3'\. To fix, pass the int 3, not a string\.$"):
+        check_int("X", "n", "3")
+
+
+def test_optional_int_says_or_none():
+    assert check_optional_int("X", "n", None) is None
+    assert check_optional_int("X", "n", 4, minimum=1) == 4
+    with pytest.raises(ValueError, match=r"^X n must be a whole number >= 1 or None, got 0\.$"):
+        check_optional_int("X", "n", 0, minimum=1)
+    with pytest.raises(TypeError, match=r"^X n must be a whole number >= 0 or None, got 'a'\.$"):
+        check_optional_int("X", "n", "a")
+
+
+def test_number_keeps_the_value_and_checks_the_bounds():
+    assert check_number("X", "f", 3) == 3 and isinstance(check_number("X", "f", 3), int)
+    assert check_number("X", "f", 0.5, minimum=0, maximum=1) == 0.5
+    assert check_number("X", "f", math.inf, finite=False) == math.inf
+    with pytest.raises(ValueError, match=r"^X f must be a finite number > 0, got 0\.$"):
+        check_number("X", "f", 0, minimum=0, above=True)
+    with pytest.raises(ValueError, match=r"^X f must be a finite number >= 0 and <= 1, got 1\.5\.$"):
+        check_number("X", "f", 1.5, minimum=0, maximum=1)
+    with pytest.raises(ValueError, match=r"^X f must be a number >= 0, got nan\.$"):
+        check_number("X", "f", math.nan, minimum=0, finite=False)  # nan never passes
+    with pytest.raises(ValueError, match=r"got inf\.$"):
+        check_number("X", "f", math.inf)
+    with pytest.raises(TypeError, match=r"^X f must be a finite number of seconds, got True\.$"):
+        check_number("X", "f", True, unit=" of seconds")
+    with pytest.raises(TypeError, match=r"got '1'\. To fix, pass the number, not a string\.$"):
+        check_number("X", "f", "1")
+
+
+def test_number_real_takes_any_real_number():
+    from fractions import Fraction
+
+    with pytest.raises(TypeError, match=r"got Fraction\(1, 2\)"):
+        check_number("X", "f", Fraction(1, 2))
+    assert check_number("X", "f", Fraction(1, 2), real=True) == Fraction(1, 2)
+
+
+def test_optional_number_says_or_none():
+    assert check_optional_number("X", "f", None) is None
+    with pytest.raises(ValueError, match=r"^X f must be a finite number > 0 or None, got -1\.$"):
+        check_optional_number("X", "f", -1, minimum=0, above=True)
+
+
+def test_choice_suggests_the_near_miss():
+    assert check_choice("X", "mode", "fast", ["fast", "slow"]) == "fast"
+    with pytest.raises(ValueError, match=r"^X mode must be one of 'fast', 'slow', got 'fsat'\. "
+                                         r"Did you mean 'fast'\?$"):
+        check_choice("X", "mode", "fsat", ["fast", "slow"])
+    with pytest.raises(ValueError, match=r"got 'SLOW'\. Did you mean 'slow'\?$"):
+        check_choice("X", "mode", "SLOW", ["fast", "slow"])
+    with pytest.raises(ValueError, match=r"^X mode must be one of 'fast', 'slow', got 'zzz'\.$"):
+        check_choice("X", "mode", "zzz", ["fast", "slow"])
+    with pytest.raises(TypeError, match=r"^X mode must be one of 'fast', 'slow', got 1\.$"):
+        check_choice("X", "mode", 1, ["fast", "slow"])
+
+
+def test_optional_choice_says_or_none():
+    assert check_optional_choice("X", "mode", None, ["a"]) is None
+    with pytest.raises(ValueError, match=r"^X mode must be one of 'a' or None, got 'b'\.$"):
+        check_optional_choice("X", "mode", "b", ["a"])
+
+
+def test_optional_str():
+    assert check_optional_str("X", "s", None) is None
+    assert check_optional_str("X", "s", "", allow_empty=True) == ""
+    with pytest.raises(ValueError, match=r"^X s must be a non-empty str or None, got ''\.$"):
+        check_optional_str("X", "s", "")
+    with pytest.raises(TypeError, match=r"^X s must be a str or None, got 5\.$"):
+        check_optional_str("X", "s", 5, allow_empty=True)
+
+
+def test_instance_names_the_type():
+    assert check_instance("X", "p", Path("a"), Path) == Path("a")
+    assert check_instance("X", "p", None, Path, allow_none=True) is None
+    with pytest.raises(TypeError, match=r"^X p must be a Path or None, got 5\.$"):
+        check_instance("X", "p", 5, Path, allow_none=True)
+    with pytest.raises(TypeError, match=r"^X p must be a file path, got 5\.$"):
+        check_instance("X", "p", 5, (str, Path), accepted="a file path")
