@@ -21,7 +21,9 @@ config: ``log_interval``, ``disable_tensorboard``, ... beside ``work_group``,
         model: llama2_7B.yaml
         overrides: {log_interval: 10, disable_tensorboard: false}
 
-Keys directly in the module and under its ``overrides`` are merged (the
+Primus's ``${VAR:default}`` placeholders are filled from the environment
+(a value that is one placeholder is read as YAML: ``${PROFILE:false}`` is
+``False``). Keys directly in the module and under its ``overrides`` are merged (the
 overrides win), then over the top-level keys. The module taken is
 ``pre_trainer``, else the only one; its name becomes ``logging.module``.
 ``framework``, ``config`` and ``model`` only locate the module. TorchTitan's
@@ -36,7 +38,7 @@ Primus's Megatron ``pre_trainer.yaml`` sets ``log_interval: 1`` and
 named as in :mod:`obsbus.registry`; unset keys take Primus's default.
 
 - ``workspace`` (none): ``run_folder`` = ``{workspace}/{work_group}/{user_name}/{exp_name}``
-  (workspace default ``./runs``), when ``exp_name`` and one other part are given
+  (workspace default ``./output``, Primus's), when ``exp_name`` and one other part are given
 - ``work_group`` (none): ``run_folder`` part; ``logging.team``
 - ``user_name`` (none): ``run_folder`` part; ``logging.user``
 - ``exp_name`` (none): ``run_name``; ``run_folder`` part; ``logging.exp``
@@ -131,6 +133,8 @@ never quoted.
 
 from __future__ import annotations
 
+import os
+import re
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -287,7 +291,7 @@ def _merge(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict
             for sub, inner in value.items():
                 put(f"{key}.{sub}", inner, f"{path}.{sub}")
             return
-        flat[key], paths[key] = value, path
+        flat[key], paths[key] = _environ(value, path, facts["problems"]), path
 
     for key, value in cfg.items():
         if key in _LOCATORS:  # a flat module config may say which framework it is for
@@ -327,6 +331,42 @@ def _merge(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str], dict
     for key, value in overrides.items():
         put(key, value, f"modules.{name}.overrides.{key}")
     return flat, paths, facts
+
+
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
+
+
+def _environ(value: Any, path: str, problems: list[tuple[str, str]]) -> Any:
+    """Primus's ``${VAR:default}`` placeholders filled from the environment.
+
+    A value that is one placeholder is read as YAML (``${PROFILE:false}`` is ``False``).
+    """
+    if isinstance(value, Mapping):
+        return {k: _environ(v, f"{path}.{k}", problems) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_environ(v, f"{path}[{i}]", problems) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        default: str | None = match.group(2)  # None: no ":default" given
+        found = os.environ.get(name, default)
+        if found is None:
+            problems.append((path, f"${{{name}}} is not set in the environment and has no "
+                                   f"default; accepted: ${{{name}:default}}"))  # fmt: skip
+            return ""
+        return found
+
+    filled = _PLACEHOLDER.sub(fill, value)
+    if _PLACEHOLDER.fullmatch(value):
+        import yaml  # type: ignore[import-untyped, unused-ignore]
+
+        try:
+            return yaml.safe_load(filled) if filled else None
+        except yaml.YAMLError:
+            return filled
+    return filled
 
 
 def _secrets(flat: dict[str, Any], paths: dict[str, str]) -> list[tuple[str, str]]:
@@ -406,7 +446,7 @@ def _translate(keys: _Keys, module: str | None, titan: bool) -> dict[str, Any]:
     if exp_name is not None:
         out["run_name"] = exp_name
     if exp_name is not None and any(parts[k] for k in ("workspace", "work_group", "user_name")):
-        workspace = parts["workspace"] or "./runs"
+        workspace = parts["workspace"] or "./output"
         try:
             RunFolder.from_parts(
                 exp_name=exp_name, workspace=workspace, work_group=work_group or "default",

@@ -347,3 +347,26 @@ def test_a_credential_is_refused_without_quoting_it(cfg, path):
 def test_not_a_mapping():
     with pytest.raises(TypeError, match="from_primus takes a Primus config as a mapping"):
         from_primus(["log_interval", 10])  # type: ignore[arg-type]
+
+
+def test_primus_env_placeholders_are_filled_and_typed(monkeypatch):
+    monkeypatch.setenv("PRIMUS_TEAM", "mi300")
+    monkeypatch.delenv("PRIMUS_USER", raising=False)
+    monkeypatch.setenv("PROFILE", "true")
+    cfg = {
+        "work_group": "${PRIMUS_TEAM:amd}", "user_name": "${PRIMUS_USER:root}",
+        "exp_name": "${PRIMUS_EXP_NAME:llama}-pretrain",
+        "modules": {"sft_trainer": {"overrides": {"profile": "${PROFILE:false}",
+                                                  "log_interval": "${LOG_EVERY:5}"}}},
+    }  # fmt: skip
+    out = translate(cfg)
+    assert out["run_folder"] == "./output/mi300/root/llama-pretrain"
+    assert out["log_interval"] == "5ba"
+    assert "profiler" in out and "tensorboard" in out["loggers"]
+    assert out["logging"]["module"] == "sft_trainer"
+
+
+def test_a_placeholder_without_default_or_variable_is_an_error(monkeypatch):
+    monkeypatch.delenv("NOPE_NOT_SET", raising=False)
+    with pytest.raises(ConfigError, match=r"exp_name: \$\{NOPE_NOT_SET\} is not set"):
+        from_primus({"exp_name": "${NOPE_NOT_SET}"})
