@@ -73,6 +73,7 @@ _BUILTIN: dict[Kind, dict[str, str]] = {
     "callbacks": {
         "early_stopper": _C + "early_stopper:EarlyStopper",
         "hang_watchdog": _C + "hang_watchdog:HangWatchdog",
+        "loss_spike_detector": _C + "loss_spike_detector:LossSpikeDetector",
         "lr_monitor": _C + "lr_monitor:LRMonitor",
         "memory_monitor": _C + "memory_monitor:MemoryMonitor",
         "memory_snapshot": _C + "memory_snapshot:MemorySnapshot",

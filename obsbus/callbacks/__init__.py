@@ -3,6 +3,7 @@
 from obsbus.callbacks._averaging import RunningAverage
 from obsbus.callbacks.early_stopper import EarlyStopper
 from obsbus.callbacks.hang_watchdog import HangWatchdog
+from obsbus.callbacks.loss_spike_detector import LossSpikeDetector
 from obsbus.callbacks.lr_monitor import LRMonitor
 from obsbus.callbacks.memory_monitor import MemoryMonitor
 from obsbus.callbacks.memory_snapshot import MemorySnapshot
@@ -19,6 +20,7 @@ __all__ = [
     "EarlyStopper",
     "HangWatchdog",
     "LRMonitor",
+    "LossSpikeDetector",
     "MemoryMonitor",
     "MemorySnapshot",
     "NaNMonitor",

@@ -95,6 +95,18 @@ class KeptLosses:
         return due
 
     @staticmethod
+    def read_values(
+        taken: list[tuple[list[int], torch.Tensor]], read: dict[str, Any]
+    ) -> list[tuple[list[int], list[float]]]:
+        """``(batches, losses)`` of each part of ``taken`` whose values were all read."""
+        out = []
+        for i, (batches, _) in enumerate(taken):
+            if len(batches) <= _READ_ALL_MAX:
+                got = read[f"kept{i}"]
+                out.append((batches, [float(x) for x in (got if type(got) is list else [got])]))
+        return out
+
+    @staticmethod
     def first_bad(taken: list[tuple[list[int], torch.Tensor]], read: dict[str, Any]) -> int:
         """The first batch of ``taken`` whose loss is not finite, from ``read`` (the numbers
         of :meth:`to_read`'s tensors); :data:`NONE_BAD` when there is none."""

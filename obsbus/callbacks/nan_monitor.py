@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
 from obsbus import dist
 from obsbus.callback import Callback
-from obsbus.callbacks._kept_losses import NONE_BAD, KeptLosses
+from obsbus.callbacks._kept_losses import _READ_ALL_MAX, NONE_BAD, KeptLosses
 from obsbus.errors import ObsbusError
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger
@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 __all__ = ["NaNMonitor", "NonFiniteLossError"]
 
 log = logging.getLogger("obsbus")
+
+#: ``reader(state, logger, batches, losses)``: what NaNMonitor.read_losses_with takes.
+LossReader = Callable[[State, Logger, list[int], list[float]], None]
 
 MODES = ("deferred", "immediate")
 SOURCES = ("loss", "gradient")  # in the order a tie is named
@@ -218,6 +221,7 @@ class NaNMonitor(Callback):
         self._losses = KeptLosses()  # deferred mode: the losses since the last check
         self._unchecked = False  # something was folded since the last check
         self._folded_batch = -1
+        self._readers: list[LossReader] = []  # LossSpikeDetector: the losses each check read
 
     def _skip_idle_hooks(self) -> None:
         """Hooks with nothing to do in this configuration are not dispatched at all.
@@ -236,11 +240,35 @@ class NaNMonitor(Callback):
         state = dict(self.__dict__)
         state.pop("after_loss", None)  # bound methods of self: rebuilt on unpickling
         state.pop("after_backward", None)
+        state["_readers"] = []  # bound methods of other plug-ins: they register at init
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._skip_idle_hooks()
+
+    def read_losses_with(self, reader: LossReader) -> None:
+        """Hand ``reader(state, logger, batches, losses)`` the host losses of every check.
+
+        For plug-ins that test the loss curve with no device read of their own
+        (:class:`~obsbus.callbacks.LossSpikeDetector`): each check passes the
+        batch numbers and float losses it read, in order (a dict or list loss as
+        the sum of its tensors). Deferred mode only, with ``check_interval`` at
+        most 4096 batches (past that a check reads only a sum of the losses).
+        """
+        if self._immediate:
+            raise ValueError(
+                "NaNMonitor(mode='immediate') reads a finite flag, not the losses, so no loss "
+                "curve can be handed on. To fix, use NaNMonitor(mode='deferred') (the default)."
+            )
+        if self.check_interval.batches > _READ_ALL_MAX:
+            raise ValueError(
+                f"NaNMonitor check_interval {str(self.check_interval.time)!r} reads only a sum "
+                f"of the losses past {_READ_ALL_MAX} batches, so no loss curve can be handed "
+                f"on. To fix, use a check_interval of at most '{_READ_ALL_MAX}ba'."
+            )
+        if reader not in self._readers:
+            self._readers.append(reader)
 
     @property
     def mode(self) -> str:
@@ -367,6 +395,18 @@ class NaNMonitor(Callback):
         except Exception as exc:  # a device that failed can't be read; say so, quietly
             log.debug("NaNMonitor: could not read the flags at exception: %r", exc)
 
+    def _hand_on(
+        self, state: State, logger: Logger, taken: list[Any], values: dict[str, Any]
+    ) -> None:
+        by_batch: dict[int, float] = {}
+        for batches, losses in KeptLosses.read_values(taken, values):
+            for batch, loss in zip(batches, losses, strict=True):
+                by_batch[batch] = by_batch.get(batch, 0.0) + loss
+        if by_batch:
+            ordered = sorted(by_batch)
+            for reader in self._readers:
+                reader(state, logger, ordered, [by_batch[b] for b in ordered])
+
     def _check(self, state: State, logger: Logger, *, can_raise: bool = True) -> None:
         """Read the flags (one transfer per device), agree across ranks, act on what they hold.
 
@@ -391,6 +431,8 @@ class NaNMonitor(Callback):
                 local[key[0]] = min(local[key[0]], first)
                 self._flags[key].fill_(NONE_BAD)
         local["loss"] = min(local["loss"], KeptLosses.first_bad(taken, values))
+        if self._readers:
+            self._hand_on(state, logger, taken, values)
         rows: list[list[int]] = [list(local.values())]
         if world > 1:  # every rank's first bad batches, exact: an int64 table
             import torch

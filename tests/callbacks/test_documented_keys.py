@@ -35,6 +35,7 @@ CASES: dict[str, list[dict]] = {
     "EarlyStopper": [dict(monitor="loss", dataloader_label="train", patience="2ba")],
     "HangWatchdog": [dict(timeout=60)],
     "LRMonitor": [dict()],
+    "LossSpikeDetector": [dict()],
     "MemoryMonitor": [dict(log_interval="2ba")],
     "MemorySnapshot": [dict(skip_batches=1, interval="2ba")],
     "NaNMonitor": [dict(on_nan="log", check_interval="2ba")],
@@ -67,6 +68,15 @@ UNREACHED: dict[str, dict[str, str]] = {
             "memory/peak_reserved_mem",
             "memory/alloc_retries",
             "memory/num_ooms",
+        )
+    },
+    "LossSpikeDetector": {
+        key: "logged only on a spike: test_loss_spike_detector.py checks these keys"
+        for key in (
+            "loss_spike/batch",
+            "loss_spike/loss",
+            "loss_spike/baseline",
+            "loss_spike/score",
         )
     },
     "SpeedMonitor": {
