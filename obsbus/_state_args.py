@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from obsbus import _check
+
 __all__ = ["PRECISIONS", "check_optional_int", "check_precision", "check_state_device"]
 
 #: The precisions a run may declare (Composer's ``Precision`` values but ``amp_fp8``).
@@ -54,10 +56,5 @@ def check_state_device(value: object) -> Any:
 
 
 def check_optional_int(name: str, value: object, *, minimum: int) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"State {name} must be an int >= {minimum} or None, got {value!r}.")
-    if value < minimum:
-        raise ValueError(f"State {name} must be an int >= {minimum} or None, got {value!r}.")
-    return value
+    """``None`` or an int ``>= minimum``: :func:`obsbus._check.check_optional_int` for State."""
+    return _check.check_optional_int("State", name, value, minimum=minimum)

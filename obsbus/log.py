@@ -92,6 +92,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from obsbus import dist
+from obsbus._check import check_bool, check_int, check_optional_str
 from obsbus.masking import mask_secrets
 from obsbus.run_folder import RunFolder, os_user
 
@@ -274,25 +275,6 @@ def _env_level() -> str | None:
     return _ENV_LEVELS[raw.upper()]
 
 
-def _check_bool(value: object, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{what} must be True or False, got {value!r}.")
-    return value
-
-
-def _check_str(value: object, what: str) -> None:
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{what} must be a str or None, got {value!r}.")
-
-
-def _check_index(value: object, what: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int >= {low}, got {value!r}.")
-    if value < low:
-        raise ValueError(f"{what} must be an int >= {low}, got {value!r}.")
-    return value
-
-
 def _node_ip() -> str:
     """This node's outgoing IPv4 address, without DNS; ``127.0.0.1`` when there is none."""
     try:
@@ -380,12 +362,12 @@ def setup_logging(
     folder = run_folder if isinstance(run_folder, RunFolder) else RunFolder(run_folder)
     for name, flag in (("is_head", is_head), ("enqueue", enqueue), ("stderr", stderr),
                        ("intercept", intercept)):  # fmt: skip
-        _check_bool(flag, name)
+        check_bool("setup_logging", name, flag)
     for name, text in (("team", team), ("user", user), ("exp", exp), ("node_ip", node_ip)):
-        _check_str(text, name)
-    world = _check_index(dist.get_world_size() if world_size is None else world_size,
-                         "world_size", 1)  # fmt: skip
-    this_rank = _check_index(dist.get_rank() if rank is None else rank, "rank", 0)
+        check_optional_str("setup_logging", name, text, allow_empty=True)
+    world_size = dist.get_world_size() if world_size is None else world_size
+    world = check_int("setup_logging", "world_size", world_size, minimum=1)
+    this_rank = check_int("setup_logging", "rank", dist.get_rank() if rank is None else rank)
     if this_rank >= world:
         raise ValueError(f"rank {this_rank} is not below world_size {world}.")
     rank_dir = folder.logs_dir(module, this_rank)  # checks the module name

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from obsbus._check import NotAFolderError
+from obsbus._check import NotAFolderError, check_str
 
 __all__ = ["RunFolder"]
 
@@ -24,10 +24,8 @@ def os_user() -> str:
 
 
 def _check_part(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"RunFolder {name} must be a non-empty str, got {value!r}.")
-    if not value:
-        raise ValueError(f"RunFolder {name} must be a non-empty str, got {value!r}.")
+    check_str("RunFolder", name, value)
+    assert isinstance(value, str)
     if not _SAFE.match(value) or value in (".", ".."):
         raise ValueError(
             f"RunFolder {name} {value!r} can't be a folder name: use letters, digits and "

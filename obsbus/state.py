@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from obsbus import dist
-from obsbus._check import check_mapping
+from obsbus._check import check_instance, check_int, check_mapping, check_optional_str
 from obsbus._run_args import check_duration, check_objects_with
 from obsbus._state_args import check_optional_int, check_precision, check_state_device
 from obsbus.run_folder import RunFolder, os_user
@@ -119,10 +119,11 @@ class State:
         dataloader: Iterable[Any] | None = None,
         dataloader_label: str | None = None,
     ) -> None:
-        if run_name is not None and (not isinstance(run_name, str) or not run_name):
-            raise ValueError(f"run_name must be a non-empty str, got {run_name!r}.")
-        if isinstance(grad_accum, bool) or not isinstance(grad_accum, int) or grad_accum < 1:
-            raise ValueError(f"grad_accum must be a positive int, got {grad_accum!r}.")
+        try:
+            check_optional_str("State", "run_name", run_name)
+            check_int("State", "grad_accum", grad_accum, minimum=1)
+        except TypeError as exc:  # a wrong type has always been a ValueError here
+            raise ValueError(str(exc)) from None
         # Each argument is checked here, so a bad one fails when the state is built, by name.
         if max_duration is not None:
             max_duration = check_duration("State", "max_duration", max_duration)
@@ -162,11 +163,8 @@ class State:
         self.dataloader: Any = None
         self.dataloader_label: str | None = None
         self.dataloader_len: Time | None = None
-        if dataloader_label is not None and not isinstance(dataloader_label, str):
-            raise TypeError(
-                f"State dataloader_label must be a non-empty str such as 'train' or None, got "
-                f"{dataloader_label!r}."
-            )
+        check_instance("State", "dataloader_label", dataloader_label, str, allow_none=True,
+                       accepted="a non-empty str such as 'train'")  # fmt: skip
         if dataloader is not None or dataloader_label is not None:
             self.set_dataloader(dataloader, dataloader_label)
         self.exception: BaseException | None = None
@@ -244,17 +242,13 @@ class State:
         if isinstance(dataloader_len, Time):
             self.dataloader_len = dataloader_len
             return
-        if isinstance(dataloader_len, bool) or not isinstance(dataloader_len, int):
-            raise TypeError(
-                "State dataloader_len must be a number of batches (an int >= 0, or -1 for "
-                f"len(dataloader)), got {dataloader_len!r}."
-            )
-        if dataloader_len < 0:
-            raise ValueError(
-                "State dataloader_len must be a number of batches (an int >= 0, or -1 for "
-                f"len(dataloader)), got {dataloader_len!r}."
-            )
-        self.dataloader_len = Time(dataloader_len, TimeUnit.BATCH)
+        try:
+            batches = check_int("State", "dataloader_len", dataloader_len)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(
+                f"{exc} To fix, pass the number of batches, or -1 for len(dataloader)."
+            ) from None
+        self.dataloader_len = Time(batches, TimeUnit.BATCH)
 
     @property
     def max_duration(self) -> Time | None:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from obsbus._check import check_str
+from obsbus._check import check_instance, check_int, check_str
 from obsbus._failures import FailureLog
 
 __all__ = ["BackgroundWriter", "WritePeriod"]
@@ -92,16 +92,11 @@ class BackgroundWriter:
     def __init__(
         self, name: str, *, max_queue_size: int = 1024, failures: FailureLog | None = None
     ) -> None:
-        if (
-            isinstance(max_queue_size, bool)
-            or not isinstance(max_queue_size, int)
-            or max_queue_size < 1
-        ):
-            raise ValueError(f"max_queue_size must be a positive int, got {max_queue_size!r}.")
-        if failures is not None and not isinstance(failures, FailureLog):
-            raise TypeError(
-                f"BackgroundWriter failures must be a FailureLog or None, got {failures!r}."
-            )
+        try:
+            check_int("BackgroundWriter", "max_queue_size", max_queue_size, minimum=1)
+        except TypeError as exc:  # a wrong type has always been a ValueError here
+            raise ValueError(str(exc)) from None
+        check_instance("BackgroundWriter", "failures", failures, FailureLog, allow_none=True)
         self.name = check_str("BackgroundWriter", "name", name)  # it names every report
         self.max_queue_size = max_queue_size
         self._owns_failures = failures is None
