@@ -7,6 +7,7 @@ from pathlib import Path
 
 from typing_extensions import override
 
+from obsbus._check import check_int
 from obsbus.callback import Callback
 from obsbus.callbacks._cuda_memory import (
     CUDA_HISTORY,
@@ -93,10 +94,7 @@ class MemorySnapshot(Callback):
         html: bool = True,
         upload: bool = True,
     ) -> None:
-        if isinstance(skip_batches, bool) or not isinstance(skip_batches, int):
-            raise TypeError(f"MemorySnapshot skip_batches must be an int, got {skip_batches!r}.")
-        if skip_batches < 0:
-            raise ValueError(f"MemorySnapshot skip_batches must be >= 0, got {skip_batches!r}.")
+        check_int("MemorySnapshot", "skip_batches", skip_batches)
         try:
             window = Time.from_input(interval, default_unit=TimeUnit.BATCH)
         except (TypeError, ValueError) as exc:  # the parser's message does not say which argument

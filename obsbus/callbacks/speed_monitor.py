@@ -9,6 +9,7 @@ from typing import Any
 from typing_extensions import override
 
 from obsbus import dist
+from obsbus._check import check_int
 from obsbus.callback import Callback
 from obsbus.callbacks._flops_source import FlopsSource
 from obsbus.callbacks._mfu import MfuLookup, check_peak
@@ -151,12 +152,7 @@ class SpeedMonitor(Callback):
         flops_per_batch: Callable[[Any], float] | None = None,
         precision: str | None = None,
     ) -> None:
-        if isinstance(window_size, bool) or not isinstance(window_size, int):
-            raise TypeError(
-                f"SpeedMonitor window_size must be an int (batches), got {window_size!r}."
-            )
-        if window_size < 1:
-            raise ValueError(f"SpeedMonitor window_size must be >= 1 batch, got {window_size!r}.")
+        check_int("SpeedMonitor", "window_size", window_size, minimum=1)  # batches
         gpu_flops_available = check_peak(gpu_flops_available)
         self._divider = seconds_per_unit("SpeedMonitor", time_unit)
         self.time_unit = time_unit

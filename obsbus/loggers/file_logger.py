@@ -15,7 +15,7 @@ from typing import Any, TextIO, cast
 
 from typing_extensions import override
 
-from obsbus._check import check_bool
+from obsbus._check import check_bool, check_int
 from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
@@ -181,10 +181,7 @@ class FileLogger(LoggerDestination):
             else check_placeholders(jsonl_filename, "FileLogger jsonl_filename")
         )
         interval = LogInterval(log_interval, "FileLogger log_interval", TimeUnit.BATCH)
-        if isinstance(flush_interval, bool) or not isinstance(flush_interval, int):
-            raise TypeError(f"FileLogger flush_interval must be an int, got {flush_interval!r}.")
-        if flush_interval < 1:
-            raise ValueError(f"FileLogger flush_interval must be >= 1, got {flush_interval!r}.")
+        check_int("FileLogger", "flush_interval", flush_interval, minimum=1)
         for flag, value in (("log_traces", log_traces), ("capture_stdout", capture_stdout),
                             ("capture_stderr", capture_stderr), ("overwrite", overwrite),
                             ("resume", resume)):  # fmt: skip

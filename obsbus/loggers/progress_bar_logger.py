@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from typing_extensions import override
 
+from obsbus._check import check_bool
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers.console_logger import format_value
 from obsbus.state import State
@@ -250,8 +251,7 @@ class ProgressBarLogger(LoggerDestination):
                 f"ProgressBarLogger stream must be 'stderr', 'stdout' or a text stream, got "
                 f"{stream!r}."
             )
-        if not isinstance(log_traces, bool):
-            raise TypeError(f"ProgressBarLogger log_traces must be a bool, got {log_traces!r}.")
+        check_bool("ProgressBarLogger", "log_traces", log_traces)
         if isinstance(postfix_interval, bool) or not isinstance(postfix_interval, (int, float)):
             raise TypeError(
                 f"ProgressBarLogger postfix_interval must be a number of seconds, got "

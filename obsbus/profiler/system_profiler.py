@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import warnings
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
+from obsbus._check import check_bool, check_seconds
 from obsbus._host_probe import GB as GB  # the unit of the *_gb counters, as before
 from obsbus._host_probe import MB as MB
 from obsbus._host_probe import HostProbe, IoCounters, io_rates
@@ -154,7 +154,7 @@ class SystemProfiler(Callback):
         >>> SystemProfiler(stats_thread_interval_seconds=0)
         Traceback (most recent call last):
         ...
-        ValueError: SystemProfiler stats_thread_interval_seconds must be seconds > 0, got 0.
+        ValueError: SystemProfiler stats_thread_interval_seconds must be a finite number ... got 0.
     """
 
     #: Seconds ``close`` waits for the sampling thread to stop.
@@ -171,26 +171,14 @@ class SystemProfiler(Callback):
         flags = {"cpu": profile_cpu, "memory": profile_memory, "disk": profile_disk}
         flags["net"] = profile_net
         for name, value in flags.items():
-            if not isinstance(value, bool):
-                raise TypeError(
-                    f"SystemProfiler profile_{name} must be True or False, got {value!r}."
-                )
+            check_bool("SystemProfiler", f"profile_{name}", value)
         if not any(flags.values()):
             raise ValueError(
                 "SystemProfiler records nothing: profile_cpu, profile_memory, profile_disk and "
                 "profile_net are all False. To fix, set at least one to True."
             )
         interval = stats_thread_interval_seconds
-        if isinstance(interval, bool) or not isinstance(interval, int | float):
-            raise TypeError(
-                "SystemProfiler stats_thread_interval_seconds must be seconds > 0, "
-                f"got {interval!r}."
-            )
-        if not math.isfinite(interval) or interval <= 0:
-            raise ValueError(
-                "SystemProfiler stats_thread_interval_seconds must be seconds > 0, "
-                f"got {interval!r}."
-            )
+        check_seconds("SystemProfiler", "stats_thread_interval_seconds", interval)
         import psutil  # a core dependency; imported here so `import obsbus` stays light
 
         self.profile_cpu, self.profile_memory = profile_cpu, profile_memory

@@ -421,9 +421,9 @@ def test_training_steps_that_do_not_log_never_sync():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"window_size": 0}, ValueError, "window_size must be >= 1 batch, got 0"),
-        ({"window_size": 2.5}, TypeError, r"window_size must be an int \(batches\), got 2.5"),
-        ({"window_size": True}, TypeError, "window_size must be an int"),
+        ({"window_size": 0}, ValueError, r"SpeedMonitor window_size must be a whole number >= 1, got 0"),
+        ({"window_size": 2.5}, TypeError, r"window_size must be a whole number >= 1, got 2.5"),
+        ({"window_size": True}, TypeError, "window_size must be a whole number >= 1, got True"),
         ({"gpu_flops_available": "312e12"}, TypeError, "must be a number of FLOP/s per device"),
         ({"gpu_flops_available": 312}, ValueError, r"got 312. To fix, give FLOP/s, not TFLOP/s"),
         ({"gpu_flops_available": -1e12}, ValueError, "must be the peak FLOP/s of one device"),

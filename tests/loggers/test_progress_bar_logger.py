@@ -382,7 +382,7 @@ def test_silent_off_local_rank_zero_and_with_tqdm_disable(monkeypatch, conversio
         ({"postfix_keys": ["loss", ""]}, ValueError, r"postfix_keys entry '' is not supported"),
         ({"postfix_keys": ["loss", 3]}, TypeError, r"postfix_keys entries must be str, got 3;"),
         ({"live": "yes"}, TypeError, r"live must be True, False or None, got 'yes'"),
-        ({"log_traces": 1}, TypeError, r"log_traces must be a bool, got 1"),
+        ({"log_traces": 1}, TypeError, r"log_traces must be True or False, got 1"),
     ],
     ids=[
         "stream-name",
