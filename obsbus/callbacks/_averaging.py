@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from obsbus._check import check_int
+
 __all__ = ["RunningAverage"]
 
 
@@ -34,8 +36,10 @@ class RunningAverage:
 
     def __init__(self, skip: int = 2, reset_interval: int = 10) -> None:
         for name, value in (("skip", skip), ("reset_interval", reset_interval)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"RunningAverage {name} must be an int >= 0, got {value!r}.")
+            try:
+                check_int("RunningAverage", name, value)
+            except TypeError as exc:  # a wrong type has always been a ValueError here
+                raise ValueError(str(exc)) from None
         self.skip = skip
         self.reset_interval = reset_interval
         self._seen = 0

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from obsbus._check import check_int
+
 __all__ = ["ThroughputWindow", "WindowTotals", "rates"]
 
 
@@ -51,10 +53,7 @@ class ThroughputWindow:
     __slots__ = ("_flops", "_flops_missing", "_samples", "_seconds", "_tokens", "size")
 
     def __init__(self, size: int) -> None:
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise TypeError(f"ThroughputWindow size must be an int (batches), got {size!r}.")
-        if size < 1:
-            raise ValueError(f"ThroughputWindow size must be >= 1 batch, got {size!r}.")
+        check_int("ThroughputWindow", "size", size, minimum=1)  # batches
         self.size = size
         self._seconds: deque[float] = deque(maxlen=size)
         self._samples: deque[int] = deque(maxlen=size)

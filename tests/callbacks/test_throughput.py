@@ -95,8 +95,8 @@ def test_rates_over_device_tensors_stay_tensors():
 
 @pytest.mark.parametrize(
     ("size", "error", "match"),
-    [(0, ValueError, "must be >= 1 batch, got 0"), (-3, ValueError, "got -3"),
-     (2.0, TypeError, "must be an int .batches., got 2.0"), (True, TypeError, "got True")],
+    [(0, ValueError, "ThroughputWindow size must be a whole number >= 1, got 0"), (-3, ValueError, "got -3"),
+     (2.0, TypeError, "must be a whole number >= 1, got 2.0. To fix, pass 2 rather than the float"), (True, TypeError, "got True")],
     ids=["zero", "negative", "float", "bool"],
 )  # fmt: skip
 def test_size_must_be_a_positive_int(size, error, match):
