@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeAlias
 
+from obsbus._check import check_int
 from obsbus.profiler.profiler_action import ProfilerAction
 
 if TYPE_CHECKING:
@@ -37,18 +38,8 @@ _ACTIVE_AND_SAVE = ProfilerAction.ACTIVE_AND_SAVE
 
 
 def _check_count(func: str, name: str, value: object, minimum: int = 0) -> int:
-    """``value`` as an int >= ``minimum``, or an error that names the argument."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"{func}({name}={value!r}): {name} must be an int, got {type(value).__name__}. "
-            f"Accepted: a whole number >= {minimum}."
-        )
-    if value < minimum:
-        raise ValueError(
-            f"{func}({name}={value!r}): {name} must be >= {minimum}. "
-            f"Accepted: a whole number >= {minimum}."
-        )
-    return value
+    """``value`` as an int >= ``minimum``, or an error that names the function and argument."""
+    return check_int(func, name, value, minimum=minimum)
 
 
 class _CyclicSchedule:
