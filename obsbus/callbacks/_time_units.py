@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from obsbus._check import check_choice
+
 __all__ = ["TIME_UNITS", "seconds_per_unit"]
 
 #: Accepted ``time_unit`` values -> seconds in one unit (Composer's four).
@@ -17,11 +19,10 @@ def seconds_per_unit(owner: str, time_unit: object) -> float:
         >>> seconds_per_unit("SpeedMonitor", "h")
         Traceback (most recent call last):
         ...
-        ValueError: SpeedMonitor time_unit 'h' is not supported; accepted: 'seconds', ...
+        ValueError: SpeedMonitor time_unit must be one of 'seconds', ..., got 'h'.
+        >>> seconds_per_unit("SpeedMonitor", "hrs")
+        Traceback (most recent call last):
+        ...
+        ValueError: SpeedMonitor time_unit must be one of ... got 'hrs'. Did you mean 'hours'?
     """
-    accepted = ", ".join(repr(u) for u in TIME_UNITS)
-    if not isinstance(time_unit, str):
-        raise TypeError(f"{owner} time_unit must be a str, one of {accepted}; got {time_unit!r}.")
-    if time_unit not in TIME_UNITS:
-        raise ValueError(f"{owner} time_unit {time_unit!r} is not supported; accepted: {accepted}.")
-    return TIME_UNITS[time_unit]
+    return TIME_UNITS[check_choice(owner, "time_unit", time_unit, TIME_UNITS)]

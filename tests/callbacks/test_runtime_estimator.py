@@ -237,7 +237,7 @@ def test_under_a_trainer_floats_only_and_no_syncs():
         (
             {"time_unit": "hrs"},
             ValueError,
-            "RuntimeEstimator time_unit 'hrs' is not supported; accepted: 'seconds', 'minutes', 'hours', 'days'.",
+            "RuntimeEstimator time_unit must be one of 'seconds', 'minutes', 'hours', 'days', got 'hrs'. Did you mean 'hours'?",
         ),
         (
             {"skip_batches": -1},
@@ -254,7 +254,7 @@ def test_under_a_trainer_floats_only_and_no_syncs():
             ValueError,
             "is not supported: use a positive number of batches or epochs",
         ),
-        ({"time_unit": None}, TypeError, "RuntimeEstimator time_unit must be a str"),
+        ({"time_unit": None}, TypeError, "RuntimeEstimator time_unit must be one of 'seconds', 'minutes', 'hours', 'days', got None."),
     ],
     ids=["unit", "skip", "reset", "interval", "unit-type"],
 )
