@@ -51,6 +51,7 @@ __all__ = [
     "check_optional_str",
     "check_seconds",
     "check_str",
+    "did_you_mean",
 ]
 
 T = TypeVar("T")
@@ -237,12 +238,16 @@ def _check_choice(
         raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
     if value in options:
         return value
-    hint = ""
+    hint = did_you_mean(value, options)
+    raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.{hint}")
+
+
+def did_you_mean(value: str, choices: Iterable[str]) -> str:
+    """``" Did you mean 'x'?"`` for the choice nearest ``value`` (another case first), or ``""``."""
+    options = list(choices)
     close = [c for c in options if c.lower() == value.strip().lower()]
     close = close or difflib.get_close_matches(value, options, n=1)
-    if close:
-        hint = f" Did you mean {close[0]!r}?"
-    raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.{hint}")
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def check_choice(owner: str, name: str, value: object, choices: Iterable[str]) -> str:

@@ -26,6 +26,8 @@ def check_precision(owner: str, value: object) -> str | None:
         hint = ""
         if raw.lower() == "amp_fp8":
             hint = " amp_fp8 needs TransformerEngine, which obsbus's Trainer does not drive."
+        else:
+            hint = _check.did_you_mean(raw, PRECISIONS)
         raise ValueError(
             f"{owner} precision {value!r} is not supported; accepted: "
             f"{', '.join(map(repr, PRECISIONS))} or None.{hint}"

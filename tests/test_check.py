@@ -25,6 +25,7 @@ from obsbus._check import (
     check_optional_str,
     check_seconds,
     check_str,
+    did_you_mean,
 )
 
 
@@ -223,3 +224,9 @@ def test_instance_names_the_type():
         check_instance("X", "p", 5, Path, allow_none=True)
     with pytest.raises(TypeError, match=r"^X p must be a file path, got 5\.$"):
         check_instance("X", "p", 5, (str, Path), accepted="a file path")
+
+
+def test_did_you_mean():
+    assert did_you_mean("amp_bf61", ["fp32", "amp_fp16", "amp_bf16"]) == " Did you mean 'amp_bf16'?"
+    assert did_you_mean("FP32", ["fp32", "fp16"]) == " Did you mean 'fp32'?"
+    assert did_you_mean("zzz", ["fp32"]) == ""
