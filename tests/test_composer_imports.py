@@ -193,10 +193,6 @@ LACKING: dict[str, tuple[str, str]] = {
         "logs to the MosaicML platform, which obsbus does not target",
         "a tracker destination (WandBLogger, MLFlowLogger, ...)",
     ),
-    "composer.loggers.SlackLogger": (
-        "chat notifications are not a metrics store",
-        "a LoggerDestination whose log_metrics posts the message",
-    ),
     "composer.callbacks.ActivationMonitor": (
         "not ported: per-layer forward hooks cost every step",
         "a Callback that registers forward hooks at fit_start and logs at an interval",
