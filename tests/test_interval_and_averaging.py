@@ -85,5 +85,7 @@ def test_running_average_keeps_tensors_on_their_device_and_weights():
 
 @pytest.mark.parametrize("kwargs", [{"skip": -1}, {"reset_interval": 1.5}, {"skip": True}])
 def test_running_average_rejects(kwargs):
-    with pytest.raises(ValueError, match="RunningAverage (skip|reset_interval) must be a whole number >= 0, got"):
+    with pytest.raises(
+        ValueError, match=r"RunningAverage (skip|reset_interval) must be a whole number >= 0, got"
+    ):
         RunningAverage(**kwargs)
