@@ -80,7 +80,13 @@ def hand_over(rows: HeldRows, submit: Callable[[Handed], object]) -> HeldRows:
     """
     if not rows:
         return rows
-    submit(Handed(rows, len(rows), rows_to_host_async([row[-1] for row in rows])))
+    # A plain loop, not a list comprehension: CPython 3.11 crashed (SIGSEGV) when a signal's
+    # exception was raised at the start of the comprehension's own frame
+    # (tests/loggers/test_hand_over_interrupt.py raises one at every line, CI 2026-12-03).
+    values = []
+    for row in rows:
+        values.append(row[-1])
+    submit(Handed(rows, len(rows), rows_to_host_async(values)))
     return HeldRows()
 
 
