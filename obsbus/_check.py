@@ -31,10 +31,11 @@ import numbers
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 __all__ = [
     "NotAFolderError",
+    "NumberBounds",
     "check_bool",
     "check_callable",
     "check_choice",
@@ -135,18 +136,40 @@ def check_optional_int(
     return _check_int(owner, name, value, minimum, maximum, none=True)
 
 
+class NumberBounds(TypedDict, total=False):
+    """The keywords :func:`check_number` and :func:`check_optional_number` take.
+
+    Keys:
+        minimum: the lowest value accepted (``None``, the default: no lower bound).
+        maximum: the highest value accepted (``None``, the default: no upper bound).
+        above: whether ``minimum`` itself is refused (``> minimum`` rather than
+            ``>=``); default False.
+        finite: whether inf is refused; default True.
+        real: accept any ``numbers.Real`` (``numpy.float32``, ``Fraction``), not only
+            int and float; default False.
+        unit: words after "number" in the message, e.g. ``" of seconds"``; default ``""``.
+    """
+
+    minimum: float | None
+    maximum: float | None
+    above: bool
+    finite: bool
+    real: bool
+    unit: str
+
+
 def _check_number(
     owner: str,
     name: str,
     value: object,
-    *,
-    minimum: float | None,
-    maximum: float | None,
-    above: bool,
-    finite: bool,
-    real: bool,
-    unit: str,
     none: bool,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: bool = False,
+    finite: bool = True,
+    real: bool = False,
+    unit: str = "",
 ) -> float | None:
     if none and value is None:
         return None
@@ -171,18 +194,7 @@ def _check_number(
     return value  # type: ignore[return-value]
 
 
-def check_number(
-    owner: str,
-    name: str,
-    value: object,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    above: bool = False,
-    finite: bool = True,
-    real: bool = False,
-    unit: str = "",
-) -> float:
+def check_number(owner: str, name: str, value: object, **bounds: Unpack[NumberBounds]) -> float:
     """``value``, unchanged, if it is an int or float (not a bool) within the bounds.
 
     nan is always refused (it compares false with every bound); inf is refused
@@ -192,39 +204,19 @@ def check_number(
         owner: who checks, e.g. ``"SpeedMonitor"``.
         name: the parameter, e.g. ``"window_size"``.
         value: what the caller passed.
-        minimum: the lowest value accepted (``None``: no lower bound).
-        maximum: the highest value accepted (``None``: no upper bound).
-        above: whether ``minimum`` itself is refused (``> minimum`` rather than ``>=``).
-        finite: whether inf is refused.
-        real: accept any ``numbers.Real`` (``numpy.float32``, ``Fraction``), not only
-            int and float.
-        unit: words after "number" in the message, e.g. ``" of seconds"``.
+        **bounds: keyword-only, each optional (see :class:`NumberBounds`):
+            ``minimum``, ``maximum``, ``above``, ``finite``, ``real``, ``unit``.
     """
-    checked = _check_number(
-        owner, name, value, minimum=minimum, maximum=maximum, above=above,
-        finite=finite, real=real, unit=unit, none=False,
-    )  # fmt: skip
+    checked = _check_number(owner, name, value, False, **bounds)
     assert checked is not None
     return checked
 
 
 def check_optional_number(
-    owner: str,
-    name: str,
-    value: object,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    above: bool = False,
-    finite: bool = True,
-    real: bool = False,
-    unit: str = "",
+    owner: str, name: str, value: object, **bounds: Unpack[NumberBounds]
 ) -> float | None:
     """``None``, or what :func:`check_number` accepts; the message says "or None"."""
-    return _check_number(
-        owner, name, value, minimum=minimum, maximum=maximum, above=above,
-        finite=finite, real=real, unit=unit, none=True,
-    )  # fmt: skip
+    return _check_number(owner, name, value, True, **bounds)
 
 
 def _check_choice(
@@ -296,13 +288,9 @@ def check_seconds(owner: str, name: str, value: object, *, allow_zero: bool = Fa
     A timeout or backoff of nan compares false with everything, so a wait on
     it ends at once or never; inf never ends; 0 waits for nothing.
     """
-    accepted = f"a finite number of seconds {'>= 0' if allow_zero else '> 0'}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
-    seconds = float(value)
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
-        raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.")
-    return seconds
+    return float(
+        check_number(owner, name, value, minimum=0, above=not allow_zero, unit=" of seconds")
+    )
 
 
 def check_str(owner: str, name: str, value: object) -> str:
