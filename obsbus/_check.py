@@ -25,11 +25,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 import numbers
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypedDict, TypeVar, Unpack
 
@@ -46,13 +47,18 @@ __all__ = [
     "check_iterable_of",
     "check_mapping",
     "check_number",
+    "check_optional_bool",
     "check_optional_choice",
     "check_optional_int",
     "check_optional_number",
     "check_optional_str",
     "check_seconds",
     "check_str",
+    "check_stream",
     "did_you_mean",
+    "is_int",
+    "is_number",
+    "type_as_value_error",
 ]
 
 T = TypeVar("T")
@@ -66,8 +72,19 @@ class NotAFolderError(NotADirectoryError, ValueError):
     """
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
+    """Whether ``value`` is an int and not a bool (``True`` for a count is a mistake).
+
+    For a place with its own message (a config reader that collects problems,
+    a time string); a constructor argument takes :func:`check_int`.
+    """
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object, *, real: bool = False) -> bool:
+    """Whether ``value`` is an int or float (any ``numbers.Real`` with ``real``), not a bool."""
+    kinds: type | tuple[type, ...] = numbers.Real if real else (int, float)
+    return isinstance(value, kinds) and not isinstance(value, bool)
 
 
 def check_bool(owner: str, name: str, value: object) -> bool:
@@ -80,9 +97,32 @@ def check_bool(owner: str, name: str, value: object) -> bool:
     hint = ""
     if isinstance(value, str):
         hint = " To fix, pass the bool False or True, not a string (any non-empty one is true)."
-    elif _is_int(value):
+    elif is_int(value):
         hint = f" To fix, pass {bool(value)} rather than the int."
     raise TypeError(f"{owner} {name} must be True or False, got {value!r}.{hint}")
+
+
+def check_optional_bool(owner: str, name: str, value: object) -> bool | None:
+    """``None`` (decide later, e.g. from the terminal), or what :func:`check_bool` accepts."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise TypeError(f"{owner} {name} must be True, False or None, got {value!r}.")
+
+
+def check_stream(owner: str, name: str, value: object) -> Any:
+    """``value`` if it is ``'stdout'``, ``'stderr'`` or a text stream (an object with ``write()``).
+
+    ``None`` or a number would fail only at the first line printed, mid-run.
+    """
+    accepted = "'stdout', 'stderr' or a text stream (an object with write())"
+    if isinstance(value, str):
+        if value in ("stdout", "stderr"):
+            return value
+        hint = did_you_mean(value, ("stdout", "stderr"))
+        raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.{hint}")
+    if not callable(getattr(value, "write", None)):
+        raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
+    return value
 
 
 def _int_hint(value: object) -> str:
@@ -109,7 +149,7 @@ def _check_int(
     if none and value is None:
         return None
     accepted = f"a whole number{_bounds(minimum, maximum)}" + (" or None" if none else "")
-    if not _is_int(value):
+    if not is_int(value):
         raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.{_int_hint(value)}")
     assert isinstance(value, int)
     if value < minimum or (maximum is not None and value > maximum):
@@ -177,8 +217,7 @@ def _check_number(
         f"a{' finite' if finite else ''} number{unit}{_bounds(minimum, maximum, open_low=above)}"
         + (" or None" if none else "")
     )
-    kinds: type | tuple[type, ...] = numbers.Real if real else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds):
+    if not is_number(value, real=real):
         hint = ""
         if isinstance(value, str):
             hint = " To fix, pass the number, not a string."
@@ -270,13 +309,20 @@ def check_instance(
 ) -> Any:
     """``value`` if it is a ``kind`` (or ``None`` where allowed).
 
-    ``accepted`` says what is accepted, for the message; by default the
-    type's name.
+    A bool is refused where it would pass only as an ``int`` (``(str, int)``
+    for a device index: ``True`` is not device 1). ``accepted`` says what is
+    accepted, for the message; by default the type's name.
     """
-    if (allow_none and value is None) or isinstance(value, kind):
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if (allow_none and value is None) or (
+        isinstance(value, kinds)
+        and (
+            not isinstance(value, bool)
+            or isinstance(value, tuple(k for k in kinds if k is not int))
+        )
+    ):
         return value
     if not accepted:
-        kinds = kind if isinstance(kind, tuple) else (kind,)
         accepted = " or ".join(f"a {k.__name__}" for k in kinds)
     accepted += " or None" if allow_none else ""
     raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
@@ -415,6 +461,27 @@ def check_folder_at_init(owner: str, name: str, path: Path) -> Path:
             "To fix, remove the file or choose another folder."
         )
     return path
+
+
+@contextlib.contextmanager
+def type_as_value_error() -> Iterator[None]:
+    """Re-raise a check's ``TypeError`` as a ``ValueError``, with the same message.
+
+    For the few arguments whose wrong type has always been a ``ValueError``
+    (Composer raises one for ``State(run_name=3)``): the message stays the
+    shared one, the exception type stays what callers catch.
+
+    Example:
+        >>> with type_as_value_error():
+        ...     check_int("X", "n", "3")
+        Traceback (most recent call last):
+        ...
+        ValueError: X n must be a whole number >= 0, got '3'. To fix, pass the int 3, not a string.
+    """
+    try:
+        yield
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def short(items: list[Any]) -> str:

@@ -19,13 +19,18 @@ from obsbus._check import (
     check_iterable_of,
     check_mapping,
     check_number,
+    check_optional_bool,
     check_optional_choice,
     check_optional_int,
     check_optional_number,
     check_optional_str,
     check_seconds,
     check_str,
+    check_stream,
     did_you_mean,
+    is_int,
+    is_number,
+    type_as_value_error,
 )
 
 
@@ -230,3 +235,64 @@ def test_did_you_mean():
     assert did_you_mean("amp_bf61", ["fp32", "amp_fp16", "amp_bf16"]) == " Did you mean 'amp_bf16'?"
     assert did_you_mean("FP32", ["fp32", "fp16"]) == " Did you mean 'fp32'?"
     assert did_you_mean("zzz", ["fp32"]) == ""
+
+
+def test_instance_refuses_a_bool_that_passes_only_as_an_int():
+    assert check_instance("X", "d", 1, (str, int)) == 1
+    assert check_instance("X", "flag", True, (bool, str)) is True
+    assert check_instance("X", "any", True, object) is True
+    with pytest.raises(TypeError, match=r"^X d must be a device, got True\.$"):
+        check_instance("X", "d", True, (str, int), accepted="a device")
+
+
+def test_optional_bool():
+    assert check_optional_bool("X", "live", None) is None
+    assert check_optional_bool("X", "live", False) is False
+    with pytest.raises(TypeError, match=r"^X live must be True, False or None, got 'yes'\.$"):
+        check_optional_bool("X", "live", "yes")
+
+
+def test_stream_is_a_name_or_has_write():
+    import io
+
+    out = io.StringIO()
+    assert check_stream("X", "stream", "stdout") == "stdout"
+    assert check_stream("X", "stream", out) is out
+    with pytest.raises(ValueError, match=r"^X stream must be 'stdout', 'stderr' or a text stream "
+                                         r"\(an object with write\(\)\), got 'stdot'\. "
+                                         r"Did you mean 'stdout'\?$"):
+        check_stream("X", "stream", "stdot")
+    with pytest.raises(TypeError, match=r"got None\.$"):
+        check_stream("X", "stream", None)
+
+
+@pytest.mark.parametrize(
+    ("value", "int_", "number", "real"),
+    [(3, True, True, True), (True, False, False, False), (2.5, False, True, True),
+     ("3", False, False, False)],
+    ids=["int", "bool", "float", "str"],
+)
+def test_predicates(value, int_, number, real):
+    assert (is_int(value), is_number(value), is_number(value, real=True)) == (int_, number, real)
+
+
+def test_is_number_real():
+    from fractions import Fraction
+
+    assert not is_number(Fraction(1, 2)) and is_number(Fraction(1, 2), real=True)
+
+
+def test_type_as_value_error_keeps_the_message():
+    with (
+        pytest.raises(ValueError, match=r"^X n must be a whole number >= 1, got True\.$"),
+        type_as_value_error(),
+    ):
+        check_int("X", "n", True, minimum=1)
+    with pytest.raises(ValueError, match=r"got 0\.$"), type_as_value_error():
+        check_int("X", "n", 0, minimum=1)
+
+
+def test_seconds_tells_how_to_fix_a_string():
+    with pytest.raises(TypeError, match=r"^X t must be a finite number of seconds > 0, got '5'\. "
+                                        r"To fix, pass the number, not a string\.$"):
+        check_seconds("X", "t", "5")
