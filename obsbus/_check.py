@@ -32,7 +32,7 @@ import numbers
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, TypedDict, TypeGuard, TypeVar, Unpack
 
 __all__ = [
     "NotAFolderError",
@@ -72,7 +72,7 @@ class NotAFolderError(NotADirectoryError, ValueError):
     """
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     """Whether ``value`` is an int and not a bool (``True`` for a count is a mistake).
 
     For a place with its own message (a config reader that collects problems,
@@ -81,7 +81,7 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_number(value: object, *, real: bool = False) -> bool:
+def is_number(value: object, *, real: bool = False) -> TypeGuard[float]:
     """Whether ``value`` is an int or float (any ``numbers.Real`` with ``real``), not a bool."""
     kinds: type | tuple[type, ...] = numbers.Real if real else (int, float)
     return isinstance(value, kinds) and not isinstance(value, bool)
@@ -222,7 +222,7 @@ def _check_number(
         if isinstance(value, str):
             hint = " To fix, pass the number, not a string."
         raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.{hint}")
-    number = float(value)  # type: ignore[arg-type]
+    number = float(value)
     if (
         math.isnan(number)
         or (finite and math.isinf(number))
@@ -230,7 +230,7 @@ def _check_number(
         or (maximum is not None and number > maximum)
     ):
         raise ValueError(f"{owner} {name} must be {accepted}, got {value!r}.")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def check_number(owner: str, name: str, value: object, **bounds: Unpack[NumberBounds]) -> float:

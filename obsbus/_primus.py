@@ -139,6 +139,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from obsbus._check import is_int
 from obsbus._secret_shapes import is_secret_name
 from obsbus.errors import ObsbusWarning
 from obsbus.masking import mask_secrets
@@ -239,7 +240,7 @@ class _Keys:
         value = self.raw(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        if not is_int(value) or value < minimum:
             self.bad(key, value, f"an integer >= {minimum}")
             return None
         return value

@@ -6,6 +6,8 @@ import math
 from datetime import timedelta
 from numbers import Real
 
+from obsbus._check import is_number
+
 __all__ = ["Seconds", "to_seconds"]
 
 _INF = math.inf
@@ -99,7 +101,7 @@ def to_seconds(value: object, field: str) -> float:
     accepted = "a number of seconds >= 0 (an int or float) or a datetime.timedelta"
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
-    elif isinstance(value, bool) or not isinstance(value, Real):
+    elif not is_number(value, real=True):
         raise TypeError(f"Timestamp {field} must be {accepted}, got {value!r}.")
     else:
         seconds = float(value)

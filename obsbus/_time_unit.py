@@ -6,6 +6,8 @@ import math
 import re
 from enum import StrEnum
 
+from obsbus._check import is_number
+
 __all__ = ["FractionalCountError", "TimeInputError", "TimeUnit", "TimeUnitMismatchError"]
 
 Number = int | float
@@ -112,7 +114,7 @@ def check_value(
     """``value`` as the number a Time in ``unit`` holds: int for counters, float for ``dur``."""
     if text is None:
         text = f"{value}{unit.value}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         if name:
             raise TypeError(f"{name} {value!r} is not a valid time: it must be an int or float.")
         raise TypeError(f"Time value must be an int or float, got {value!r}.")

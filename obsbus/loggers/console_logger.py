@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 from typing_extensions import override
 
-from obsbus._check import check_bool
+from obsbus._check import check_bool, check_stream, is_number
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.state import State
@@ -16,8 +16,6 @@ from obsbus.time import TimeLike, TimeUnit
 from obsbus.values import from_numpy, to_host
 
 __all__ = ["ConsoleLogger", "format_value"]
-
-_STREAMS = ("stdout", "stderr")
 
 
 def format_value(value: Any) -> str:
@@ -33,7 +31,7 @@ def format_value(value: Any) -> str:
         ['0.5000', '12,345', 'True']
     """
     value = from_numpy(value)  # values from to_host are Python already; a direct caller's
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         return str(value)
     if isinstance(value, int):
         return f"{value:,}" if abs(value) >= 10_000 else str(value)
@@ -91,19 +89,8 @@ class ConsoleLogger(LoggerDestination):
         log_traces: bool = False,
     ) -> None:
         interval = LogInterval(log_interval, "ConsoleLogger log_interval", TimeUnit.EPOCH)
-        if isinstance(stream, str) and stream not in _STREAMS:
-            raise ValueError(
-                f"ConsoleLogger stream {stream!r} is not supported: use 'stdout', 'stderr' or "
-                "a text stream object."
-            )
-        if not isinstance(stream, str) and not callable(getattr(stream, "write", None)):
-            # None or a number would fail only at the first line printed, mid-run.
-            raise TypeError(
-                f"ConsoleLogger stream must be 'stdout', 'stderr' or a text stream (an object "
-                f"with write()), got {stream!r}."
-            )
         self.log_interval = interval
-        self.stream = stream
+        self.stream = check_stream("ConsoleLogger", "stream", stream)
         self.log_traces_enabled = check_bool("ConsoleLogger", "log_traces", log_traces)
         self._state: State | None = None
         self._pending: dict[str, Any] = {}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from typing_extensions import override
 
-from obsbus._check import check_bool
+from obsbus._check import check_bool, check_optional_bool, check_seconds, check_stream
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers.console_logger import format_value
 from obsbus.state import State
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ProgressBarLogger"]
 
-_STREAMS = ("stdout", "stderr")
 _DEFAULT_KEYS = ("loss/train/total", "loss/", "metrics/")
 _MAX_SHOWN = 4  # a terminal line has room for a handful of values next to the bar
 _LINE_STEPS = 10  # plain lines: one at every 10% of the total ...
@@ -240,28 +239,10 @@ class ProgressBarLogger(LoggerDestination):
         postfix_keys: Sequence[str] | None = None,
         live: bool | None = None,
     ) -> None:
-        if isinstance(stream, str):
-            if stream not in _STREAMS:
-                raise ValueError(
-                    f"ProgressBarLogger stream {stream!r} is not supported: use 'stderr', "
-                    "'stdout' or a text stream object."
-                )
-        elif not callable(getattr(stream, "write", None)):
-            raise TypeError(
-                f"ProgressBarLogger stream must be 'stderr', 'stdout' or a text stream, got "
-                f"{stream!r}."
-            )
+        check_stream("ProgressBarLogger", "stream", stream)
         check_bool("ProgressBarLogger", "log_traces", log_traces)
-        if isinstance(postfix_interval, bool) or not isinstance(postfix_interval, (int, float)):
-            raise TypeError(
-                f"ProgressBarLogger postfix_interval must be a number of seconds, got "
-                f"{postfix_interval!r}; e.g. 1.0, or 0 to refresh every batch."
-            )
-        if not math.isfinite(postfix_interval) or postfix_interval < 0:
-            raise ValueError(
-                f"ProgressBarLogger postfix_interval {postfix_interval!r} is not supported: use "
-                "a finite number of seconds >= 0, e.g. 1.0."
-            )
+        # 0: refresh the values at every batch.
+        check_seconds("ProgressBarLogger", "postfix_interval", postfix_interval, allow_zero=True)
         keys = _DEFAULT_KEYS if postfix_keys is None else postfix_keys
         if isinstance(keys, str) or not isinstance(keys, Sequence):
             raise TypeError(
@@ -279,8 +260,7 @@ class ProgressBarLogger(LoggerDestination):
                     f"ProgressBarLogger postfix_keys entry {key!r} is not supported: use a "
                     "metric key such as 'loss/train/total' or a prefix such as 'metrics/'."
                 )
-        if live is not None and not isinstance(live, bool):
-            raise TypeError(f"ProgressBarLogger live must be True, False or None, got {live!r}.")
+        check_optional_bool("ProgressBarLogger", "live", live)
         self.stream = stream
         self.log_traces_enabled = log_traces
         self.postfix_interval = float(postfix_interval)

@@ -77,7 +77,7 @@ def test_stdout_stream_is_resolved_at_write_time(capsys):
         ({"log_interval": "10sp"}, ValueError, r"'10sp' is not supported.*'10ba' or '1ep'"),
         ({"log_interval": "0ba"}, ValueError, r"'0ba' is not supported"),
         ({"log_interval": "abc"}, ValueError, r"'abc'"),
-        ({"stream": "stdlog"}, ValueError, r"'stdlog' is not supported.*'stdout', 'stderr'"),
+        ({"stream": "stdlog"}, ValueError, r"ConsoleLogger stream must be 'stdout', 'stderr' or a text stream .*got 'stdlog'\. Did you mean 'stdout'\?"),
         ({"stream": None}, TypeError, r"stream must be 'stdout', 'stderr' or a text stream .*got None"),
         ({"stream": 5}, TypeError, r"ConsoleLogger stream must be .*got 5\."),
         ({"log_traces": "false"}, TypeError, r"ConsoleLogger log_traces must be True or False, got 'false'"),

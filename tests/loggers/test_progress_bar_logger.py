@@ -373,11 +373,11 @@ def test_silent_off_local_rank_zero_and_with_tqdm_disable(monkeypatch, conversio
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"stream": "stdlog"}, ValueError, r"stream 'stdlog' is not supported.*'stderr', 'stdout'"),
+        ({"stream": "stdlog"}, ValueError, r"ProgressBarLogger stream must be 'stdout', 'stderr' or a text stream \(an object with write\(\)\), got 'stdlog'\. Did you mean 'stdout'\?"),
         ({"stream": 3}, TypeError, r"stream must be .* got 3\."),
-        ({"postfix_interval": "1s"}, TypeError, r"postfix_interval .* got '1s'"),
-        ({"postfix_interval": -1}, ValueError, r"postfix_interval -1 is not supported.*>= 0"),
-        ({"postfix_interval": float("nan")}, ValueError, r"postfix_interval nan"),
+        ({"postfix_interval": "1s"}, TypeError, r"postfix_interval must be a finite number of seconds >= 0, got '1s'\. To fix, pass the number"),
+        ({"postfix_interval": -1}, ValueError, r"postfix_interval must be a finite number of seconds >= 0, got -1\."),
+        ({"postfix_interval": float("nan")}, ValueError, r"postfix_interval must be .* got nan\."),
         ({"postfix_keys": "loss"}, TypeError, r"postfix_keys must be a list .* got 'loss'"),
         ({"postfix_keys": ["loss", ""]}, ValueError, r"postfix_keys entry '' is not supported"),
         ({"postfix_keys": ["loss", 3]}, TypeError, r"postfix_keys entries must be str, got 3;"),
