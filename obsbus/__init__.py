@@ -13,7 +13,7 @@ from obsbus.callback import Callback
 from obsbus.engine import Engine
 from obsbus.errors import MissingExtraError, ObsbusError, ObsbusWarning, TrainingTerminated
 from obsbus.event import Event
-from obsbus.interval import LogInterval
+from obsbus.interval import LogInterval, at_interval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.naming import format_name
 from obsbus.run import Run
@@ -47,6 +47,7 @@ __all__ = [
     "Timestamp",
     "Trainer",
     "TrainingTerminated",
+    "at_interval",
     "build_callback",
     "build_logger",
     "format_name",

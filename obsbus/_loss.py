@@ -24,6 +24,8 @@ def loss_metrics(loss: Any) -> dict[str, Any]:
     """What ``Run`` logs for a batch loss (as Composer): ``loss/train/total``, and for a
     dict (list) loss ``loss/train/{key}`` (``{index}``) too, the total being its ``"total"``
     entry or else the sum of the parts."""
+    if not isinstance(loss, (list, tuple)) and hasattr(loss, "dim"):
+        return {"loss/train/total": loss}  # a tensor, every step: no Mapping ABC check
     if isinstance(loss, Mapping):
         metrics = {f"loss/train/{key}": value for key, value in loss.items()}
         if "total" not in loss:

@@ -13,6 +13,7 @@ from obsbus._failures import plugin_name
 from obsbus._hook_names import warn_near_misses
 from obsbus.callback import Callback
 from obsbus.event import Event
+from obsbus.interval import EPOCH, GATED_EVENTS, hook_period
 from obsbus.logger import Logger, LoggerDestination, is_list_like, takes_files
 
 if TYPE_CHECKING:
@@ -125,7 +126,10 @@ class Engine:
         self.profiler: Profiler | None = None
         #: Every destination the engine runs: the logger's, then those only in ``state.callbacks``.
         self.destinations: tuple[LoggerDestination, ...] = (*logger.destinations, *listed)
-        self._table: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], Event]] = {}
+        self._table: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], Event, int | None]] = {}
+        #: Whether anything handles each event: one dict, updated in place, so a loop that
+        #: holds it can skip an unhandled event for the price of one lookup.
+        self.handles: dict[Event, bool] = {}
         for cb in callbacks:
             self._check(cb)
             self.callbacks.append(cb)
@@ -145,20 +149,38 @@ class Engine:
         warn_near_misses(cb)
 
     def _build_table(self) -> None:
-        table: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], Event]] = {}
+        """One entry per event: ``(callbacks, destinations, event, gate)``.
+
+        Each callback entry is ``(plugin, hook, period)`` and each destination
+        entry ``(plugin, hook, name, period)``. ``period`` is 1 for a hook called
+        every time; a hook declared with :func:`~obsbus.interval.at_interval`
+        has its interval's period (a hook whose interval is never due at the
+        event is left out). ``gate`` is ``None`` when every period is 1, else
+        how the event finds its count (:data:`~obsbus.interval.GATED_EVENTS`).
+        """
+        table: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], Event, int | None]] = {}
         spanned = self._spanned
         for event in Event:
-            cbs = tuple(
-                (cb, spanned(cb, event, handler))
-                for cb in self.callbacks
-                if (handler := _handler(cb, event)) is not None
-            )
-            dests = tuple(
-                (d, self._watched(d, event.value, spanned(d, event, handler)), event.value)
-                for d in self.destinations
-                if (handler := _handler(d, event)) is not None
-            )
-            table[event] = (cbs, dests, event)
+            name = event.value
+            cbs: list[tuple[Any, ...]] = []
+            dests: list[tuple[Any, ...]] = []
+            for plugin in (*self.callbacks, *self.destinations):
+                handler = _handler(plugin, event)
+                if handler is None:
+                    continue
+                period = hook_period(plugin, name, handler)
+                if period == 0:
+                    continue  # its interval is in the other unit: never due here
+                period = period or 1
+                hook = spanned(plugin, event, handler)
+                if isinstance(plugin, LoggerDestination):
+                    dests.append((plugin, self._watched(plugin, name, hook), name, period))
+                else:
+                    cbs.append((plugin, hook, period))
+            gated = any(entry[-1] != 1 for entry in (*cbs, *dests))
+            table[event] = (tuple(cbs), tuple(dests), event, GATED_EVENTS[name] if gated else None)
+            # Run skips an event nobody handles without calling run_event (profiling: none).
+            self.handles[event] = self.profiler is not None or bool(cbs or dests)
         self._table = table
 
     def _watched(
@@ -253,26 +275,29 @@ class Engine:
     def run_event(self, event: Event | str) -> None:
         """Run every hook that handles ``event`` (an :class:`Event`, or its value as Composer)."""
         try:
-            cbs, dests, event = self._table[event]
+            cbs, dests, event, gate = self._table[event]
         except KeyError:
             _unknown(event)
         if not (cbs or dests):
+            return
+        if gate is not None:
+            self._run_gated(cbs, dests, gate)
             return
         state, logger = self.state, self.logger
         if event is _EXCEPTION:
             self._run_contained(event, cbs)
             with self._ending():
-                self._run_contained(event, tuple(d[:2] for d in dests))
+                self._run_contained(event, dests)
             return
         if event is _INIT:
             # Nothing has run yet: a destination that can't set itself up (a
             # file it must not clobber, a bad path) fails the run now, loudly.
-            for _, hook, _ in dests:
+            for _, hook, _, _ in dests:
                 hook(state, logger)
-            for _, hook in cbs:
+            for _, hook, _ in cbs:
                 hook(state, logger)
             return
-        for _, hook in cbs:
+        for _, hook, _ in cbs:
             hook(state, logger)
         if dests:
             if event is _FIT_END:
@@ -280,12 +305,28 @@ class Engine:
                     self._run_destinations(dests)
                 return
             call = logger.failures.call  # _run_destinations, inlined: this runs every step
-            for dest, hook, name in dests:
+            for dest, hook, name, _ in dests:
                 call(dest, name, hook, state, logger)
+
+    def _run_gated(
+        self, cbs: tuple[tuple[Any, ...], ...], dests: tuple[tuple[Any, ...], ...], gate: int
+    ) -> None:
+        """A batch or epoch event with ``at_interval`` hooks: only those due are called."""
+        state, logger = self.state, self.logger
+        ts = state.timestamp
+        count = ts._epoch if gate == EPOCH else ts._batch + gate
+        for _, hook, period in cbs:
+            if count % period == 0:
+                hook(state, logger)
+        if dests:
+            call = logger.failures.call
+            for dest, hook, name, period in dests:
+                if count % period == 0:
+                    call(dest, name, hook, state, logger)
 
     def _run_destinations(self, dests: tuple[tuple[Any, ...], ...]) -> None:
         call, state, logger = self.logger.failures.call, self.state, self.logger
-        for dest, hook, name in dests:
+        for dest, hook, name, _ in dests:
             call(dest, name, hook, state, logger)
 
     @contextmanager
@@ -305,7 +346,7 @@ class Engine:
             deadline.end()
 
     def _run_contained(self, event: Event, entries: tuple[tuple[Any, ...], ...]) -> None:
-        for plugin, hook in entries:
+        for plugin, hook, *_ in entries:
             try:
                 hook(self.state, self.logger)
             except Exception as exc:

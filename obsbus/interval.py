@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from obsbus.time import Time, TimeLike, TimeUnit
 
 if TYPE_CHECKING:
     from obsbus.state import State
 
-__all__ = ["LogInterval"]
+__all__ = ["LogInterval", "at_interval"]
 
 
 class LogInterval:
@@ -83,3 +84,111 @@ class LogInterval:
 
     def __repr__(self) -> str:
         return f"LogInterval({str(self.time)!r})"
+
+
+#: Events ``at_interval`` gates, and how each finds its count: the batch about to end
+#: (``+1``: the batch is counted just before ``batch_end``), the batch just counted
+#: (``0``), or the epoch just counted (``EPOCH``).
+EPOCH = -1
+GATED_EVENTS: dict[str, int] = {
+    **{
+        name: 1
+        for name in (
+            "before_dataloader",
+            "after_dataloader",
+            "batch_start",
+            "before_train_batch",
+            "before_forward",
+            "after_forward",
+            "before_loss",
+            "after_loss",
+            "before_backward",
+            "after_backward",
+            "after_train_batch",
+        )
+    },
+    "batch_end": 0,
+    "batch_checkpoint": 0,
+    "epoch_end": EPOCH,
+    "epoch_checkpoint": EPOCH,
+}
+_MARK = "__obsbus_interval__"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def at_interval(attribute: str = "log_interval") -> Callable[[F], F]:
+    """Declare that a hook only acts when the plug-in's ``self.<attribute>`` interval is due.
+
+    The engine then does not call the hook on the other batches (or epochs): a
+    monitor that logs every 10 batches costs nothing on the nine between. The
+    interval is the :class:`LogInterval` the attribute holds when the engine
+    builds its dispatch table (when the run is built, or a callback added);
+    an attribute that holds ``None`` then leaves the hook called every time.
+    The hook should still check the interval itself (``at_batch_end``), so a
+    direct call, or a loop with no engine, behaves the same.
+
+    Due means: at ``batch_end``/``batch_checkpoint``, the batch just counted is a
+    multiple of the interval's batches; at the events of a batch before it
+    (``after_forward``, ``after_train_batch``, ...), the batch being trained
+    is; at ``epoch_end``/``epoch_checkpoint``, the epoch just counted is a
+    multiple of its epochs. An interval in the other unit is never due.
+
+    Example:
+        >>> from obsbus import Callback
+        >>> class EveryTen(Callback):
+        ...     def __init__(self):
+        ...         self.log_interval = LogInterval("10ba", "EveryTen log_interval")
+        ...     @at_interval("log_interval")
+        ...     def batch_end(self, state, logger):
+        ...         if self.log_interval.at_batch_end(state):
+        ...             logger.log_metrics({"every_ten": 1})
+        >>> at_interval("log_interval")(lambda self, state, logger: None)
+        Traceback (most recent call last):
+        ...
+        ValueError: at_interval decorates a hook of a batch or epoch event (batch_end, ...
+    """
+    if not isinstance(attribute, str) or not attribute.isidentifier():
+        raise TypeError(
+            f"at_interval attribute must name the plug-in attribute that holds its "
+            f"LogInterval, such as 'log_interval', got {attribute!r}."
+        )
+
+    def mark(hook: F) -> F:
+        name = getattr(hook, "__name__", None)
+        if name not in GATED_EVENTS:
+            raise ValueError(
+                "at_interval decorates a hook of a batch or epoch event (batch_end, "
+                f"after_train_batch, epoch_end, ...), got {name!r}. To fix, decorate one "
+                f"of: {', '.join(GATED_EVENTS)}."
+            )
+        setattr(hook, _MARK, attribute)
+        return hook
+
+    return mark
+
+
+def hook_period(plugin: object, event: str, hook: object) -> int | None:
+    """The period, in the event's count, at which the engine calls ``hook`` at ``event``.
+
+    ``None``: every time (not declared with :func:`at_interval`, or its
+    attribute holds ``None``); ``0``: never (an interval in the other unit).
+    """
+    attribute = getattr(getattr(hook, "__func__", hook), _MARK, None)
+    if attribute is None or event not in GATED_EVENTS:
+        return None
+    try:
+        interval = getattr(plugin, attribute)
+    except AttributeError:
+        raise TypeError(
+            f"{type(plugin).__name__}.{event} is declared @at_interval({attribute!r}), but "
+            f"the plug-in has no attribute {attribute!r}. To fix, set self.{attribute} to a "
+            "LogInterval in __init__, or name the attribute that holds it."
+        ) from None
+    if interval is None:
+        return None
+    if not isinstance(interval, LogInterval):
+        raise TypeError(
+            f"{type(plugin).__name__}.{attribute} must be a LogInterval for its "
+            f"@at_interval hook {event}, got {interval!r}."
+        )
+    return interval.epochs if GATED_EVENTS[event] == EPOCH else interval.batches

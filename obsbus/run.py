@@ -379,24 +379,29 @@ class Run:
     def epoch(self, dataloader: Iterable[Any]) -> Iterator[Any]:
         """Yield the training batches of one epoch, firing the epoch and batch events."""
         self._require_fitting("epoch")
-        state, run_event = self.state, self.engine.run_event
+        state, run_event, handles = self.state, self.engine.run_event, self.engine.handles
         state.dataloader, state.dataloader_label = dataloader, "train"
         length = _len_or_none(dataloader)
         state.dataloader_len = None if length is None else Time(length, TimeUnit.BATCH)
         run_event(Event.EPOCH_START)
         iterator = iter(dataloader)
+        # An event nobody handles is skipped here, for one dict lookup (Engine.handles).
         while True:
-            run_event(_BEFORE_DATALOADER)
+            if handles[_BEFORE_DATALOADER]:
+                run_event(_BEFORE_DATALOADER)
             try:
                 batch = next(iterator)
             except StopIteration:
                 break
             self._set_batch(batch)
-            run_event(_AFTER_DATALOADER)
-            run_event(_BATCH_START)
+            if handles[_AFTER_DATALOADER]:
+                run_event(_AFTER_DATALOADER)
+            if handles[_BATCH_START]:
+                run_event(_BATCH_START)
             state.loss, state.outputs = None, None
             self._loss_parts = []
-            run_event(_BEFORE_TRAIN_BATCH)
+            if handles[_BEFORE_TRAIN_BATCH]:
+                run_event(_BEFORE_TRAIN_BATCH)
             self._mode = "train"
             yield state.batch
             self._end_batch()
@@ -419,25 +424,31 @@ class Run:
         state.batch = batch if self._move_to is None else to_device(batch, self._move_to)
 
     def _end_batch(self) -> None:
-        state, run_event = self.state, self.engine.run_event
+        state, run_event, handles = self.state, self.engine.run_event, self.engine.handles
         if self._loss_parts:
             state.loss = combine_losses(self._loss_parts)  # already detached
         elif state.loss is not None:  # set by the user's loop
             state.loss = detached(state.loss)
-        run_event(_AFTER_TRAIN_BATCH)
+        if handles[_AFTER_TRAIN_BATCH]:
+            run_event(_AFTER_TRAIN_BATCH)
         state.timestamp = state.timestamp.to_next_batch(
             state.batch_num_samples, state.batch_num_tokens, self._elapsed()
         )
-        metrics = {} if state.loss is None else loss_metrics(state.loss)
+        logger = self.logger
+        # The loss goes to the destinations, when there are any (else nobody would see it).
+        loss = state.loss
+        metrics = {} if loss is None or not logger.destinations else loss_metrics(loss)
         if self._train_metrics and self._metrics_every.at_batch_end(state):
             metrics.update(self._train_metrics.compute("metrics/train/"))
         if metrics:
             # Logged once the batch is counted, so its step matches what monitors log at batch_end.
-            self.logger.log_metrics(metrics)
-        run_event(_BATCH_END)
+            logger.log_metrics(metrics)
+        if handles[_BATCH_END]:
+            run_event(_BATCH_END)
         if self._eval_interval is not None:
             self._maybe_eval(_BATCH_END)
-        run_event(_BATCH_CHECKPOINT)
+        if handles[_BATCH_CHECKPOINT]:
+            run_event(_BATCH_CHECKPOINT)
 
     def _log_train_metrics(self) -> None:
         computed = self._train_metrics.compute("metrics/train/")
@@ -483,9 +494,12 @@ class Run:
     def forward(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` between the forward events of the current phase."""
         before, after = _FORWARD[self._mode]
-        self.engine.run_event(before)
+        engine = self.engine
+        if engine.handles[before]:
+            engine.run_event(before)
         self.state.outputs = fn(*args, **kwargs)
-        self.engine.run_event(after)
+        if engine.handles[after]:
+            engine.run_event(after)
         return self.state.outputs
 
     def loss(
@@ -510,9 +524,12 @@ class Run:
             return value
         if self._mode == "predict":
             return fn(*args, **kwargs)
-        self.engine.run_event(_BEFORE_LOSS)
+        engine = self.engine
+        if engine.handles[_BEFORE_LOSS]:
+            engine.run_event(_BEFORE_LOSS)
         self.state.loss = fn(*args, **kwargs)
-        self.engine.run_event(_AFTER_LOSS)
+        if engine.handles[_AFTER_LOSS]:
+            engine.run_event(_AFTER_LOSS)
         loss = self.state.loss
         self._loss_parts.append((detached(loss), weight))
         return loss
@@ -523,13 +540,16 @@ class Run:
         With ``Run(backward=fn)``, calls ``fn(loss, **kwargs)`` instead (e.g.
         ``fabric.backward`` or ``accelerator.backward``).
         """
-        self.engine.run_event(_BEFORE_BACKWARD)
+        engine = self.engine
+        if engine.handles[_BEFORE_BACKWARD]:
+            engine.run_event(_BEFORE_BACKWARD)
         loss = self.state.loss if loss is None else loss
         if self._backward is None:
             loss.backward(**kwargs)
         else:
             self._backward(loss, **kwargs)
-        self.engine.run_event(_AFTER_BACKWARD)
+        if engine.handles[_AFTER_BACKWARD]:
+            engine.run_event(_AFTER_BACKWARD)
 
     def update_metrics(self, outputs: Any, targets: Any) -> None:
         """``metric.update(outputs, targets)`` for the metrics of the current phase.

@@ -204,8 +204,9 @@ def test_only_run_event_overriders_join_every_event_of_the_table():
     whole, plain = RunEventCounter(), Callback()
     engine = Engine(state, Logger(state), [plain, whole])
     for event in Event:
-        cbs, dests, canonical = engine._table[event]
-        assert [cb for cb, _ in cbs] == [whole] and dests == () and canonical is event
+        cbs, dests, canonical, gate = engine._table[event]
+        assert [cb for cb, *_ in cbs] == [whole] and dests == () and canonical is event
+        assert gate is None
 
 
 def test_engine_takes_event_names_as_composer_does():

@@ -79,9 +79,10 @@ def test_destinations_first_at_init_last_elsewhere():
 def test_only_overriding_plugins_are_in_the_table():
     journal = []
     engine = make_engine([Recorder("cb", journal)], [])
-    cbs, dests, _ = engine._table[Event.BEFORE_FORWARD]
+    cbs, dests, _, _ = engine._table[Event.BEFORE_FORWARD]
     assert cbs == () and dests == ()
-    assert [cb for cb, _ in engine._table[Event.BATCH_END][0]] == engine.callbacks
+    assert [cb for cb, *_ in engine._table[Event.BATCH_END][0]] == engine.callbacks
+    assert not engine.handles[Event.BEFORE_FORWARD] and engine.handles[Event.BATCH_END]
 
 
 def test_instance_level_override_is_dispatched():

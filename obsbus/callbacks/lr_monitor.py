@@ -9,7 +9,7 @@ from typing import Any
 from typing_extensions import override
 
 from obsbus.callback import Callback
-from obsbus.interval import LogInterval
+from obsbus.interval import LogInterval, at_interval
 from obsbus.logger import Logger
 from obsbus.state import State
 from obsbus.time import TimeLike
@@ -112,11 +112,13 @@ class LRMonitor(Callback):
             logger.log_metrics(metrics)
 
     @override
+    @at_interval("log_interval")
     def batch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_batch_end(state):
             self._log(state, logger)
 
     @override
+    @at_interval("log_interval")
     def epoch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_epoch_end(state):
             self._log(state, logger)

@@ -14,7 +14,7 @@ from typing_extensions import override
 from obsbus import dist
 from obsbus._check import check_int, check_mapping
 from obsbus.callback import Callback
-from obsbus.interval import LogInterval
+from obsbus.interval import LogInterval, at_interval
 from obsbus.logger import Logger
 from obsbus.state import State
 from obsbus.time import TimeLike
@@ -329,11 +329,13 @@ class MemoryMonitor(Callback):
         self._find_device(state)
 
     @override
+    @at_interval("log_interval")
     def batch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_batch_end(state):
             self._log(state, logger)
 
     @override
+    @at_interval("log_interval")
     def epoch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_epoch_end(state):
             self._log(state, logger)

@@ -14,7 +14,7 @@ from obsbus import dist
 from obsbus.callback import Callback
 from obsbus.callbacks._kept_losses import _READ_ALL_MAX, NONE_BAD, KeptLosses
 from obsbus.errors import ObsbusError
-from obsbus.interval import LogInterval
+from obsbus.interval import LogInterval, at_interval
 from obsbus.logger import Logger
 from obsbus.state import State
 from obsbus.time import TimeLike
@@ -373,11 +373,13 @@ class NaNMonitor(Callback):
 
     # ----------------------------------------------------------------- check
     @override
+    @at_interval("check_interval")
     def batch_end(self, state: State, logger: Logger) -> None:
         if self.check_interval.at_batch_end(state):
             self._check(state, logger)
 
     @override
+    @at_interval("check_interval")
     def epoch_end(self, state: State, logger: Logger) -> None:
         if self.check_interval.at_epoch_end(state):
             self._check(state, logger)

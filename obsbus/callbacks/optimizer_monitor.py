@@ -18,7 +18,7 @@ from obsbus.callbacks._norms import (
     fused_l2_norms_of_groups,
 )
 from obsbus.errors import ObsbusWarning
-from obsbus.interval import LogInterval
+from obsbus.interval import LogInterval, at_interval
 from obsbus.logger import Logger
 from obsbus.state import State
 from obsbus.time import TimeLike
@@ -299,6 +299,7 @@ class OptimizerMonitor(Callback):
             logger.log_metrics(metrics)
 
     @override
+    @at_interval("log_interval")
     def after_train_batch(self, state: State, logger: Logger) -> None:
         every = self.log_interval.batches
         batch = state.timestamp._batch + 1  # counted before batch_end
@@ -306,6 +307,7 @@ class OptimizerMonitor(Callback):
             self._read_at = (batch, self._read(state, batch))
 
     @override
+    @at_interval("log_interval")
     def batch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_batch_end(state):
             read_at, self._read_at = self._read_at, None
@@ -315,6 +317,7 @@ class OptimizerMonitor(Callback):
                 self._log(state, logger)
 
     @override
+    @at_interval("log_interval")
     def epoch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_epoch_end(state):
             self._log(state, logger)

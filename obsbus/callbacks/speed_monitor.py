@@ -17,7 +17,7 @@ from obsbus.callbacks._peak_flops import PRECISIONS
 from obsbus.callbacks._throughput import ThroughputWindow, rates
 from obsbus.callbacks._throughput_ranks import reduce_window, step_times
 from obsbus.callbacks._time_units import seconds_per_unit
-from obsbus.interval import LogInterval
+from obsbus.interval import LogInterval, at_interval
 from obsbus.logger import Logger
 from obsbus.state import State
 from obsbus.time import TimeLike
@@ -229,6 +229,7 @@ class SpeedMonitor(Callback):
             self._log(state, logger)
 
     @override
+    @at_interval("log_interval")
     def epoch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_epoch_end(state):
             self._log(state, logger)
