@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from obsbus._check import check_iterable_of, short
+from obsbus._check import check_instance, check_iterable_of, short
 from obsbus.callback import Callback
 from obsbus.logger import LoggerDestination
 from obsbus.time import Time, TimeUnit
@@ -141,10 +141,11 @@ def check_device(owner: str, name: str, value: object) -> Any:
     import torch  # only when a device is given: ``import obsbus`` stays light
 
     accepted = "a device such as 'cpu', 'cuda', 'cuda:1', 'gpu' or a torch.device"
-    if isinstance(value, bool) or not isinstance(value, (str, int, torch.device)):
-        raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
+    given: str | int | torch.device = check_instance(
+        owner, name, value, (str, int, torch.device), accepted=accepted
+    )
     try:
-        device = torch.device("cuda" if value == "gpu" else value)  # Composer's name for CUDA
+        device = torch.device("cuda" if given == "gpu" else given)  # Composer's name for CUDA
     except (RuntimeError, ValueError) as exc:
         raise ValueError(f"{owner} {name} must be {accepted}, got {value!r} ({exc}).") from None
     backend = getattr(torch, device.type, None) if device.type not in ("cpu", "meta") else None

@@ -44,14 +44,13 @@ def check_state_device(value: object) -> Any:
     if value is None:
         return None
     accepted = "a device such as 'cpu', 'cuda', 'cuda:1', a torch.device or None"
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        if type(value).__name__ == "device" and hasattr(value, "type"):  # a torch.device
-            return value
-        raise TypeError(f"State device must be {accepted}, got {value!r}.")
+    if type(value).__name__ == "device" and hasattr(value, "type"):  # a torch.device
+        return value
+    name: str | int = _check.check_instance("State", "device", value, (str, int), accepted=accepted)
     import torch  # only for a device given by name: ``import obsbus`` stays light
 
     try:
-        torch.device(value)
+        torch.device(name)
     except (RuntimeError, ValueError) as exc:
         raise ValueError(f"State device must be {accepted}, got {value!r} ({exc}).") from None
     return value

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from obsbus._check import check_bool, check_int
+from obsbus._check import check_bool, check_int, is_int
 from obsbus.errors import ObsbusWarning
 from obsbus.interval import LogInterval
 from obsbus.logger import LoggerDestination
@@ -34,7 +34,7 @@ __all__ = [
 def check_subset(name: str, value: object) -> int:
     """``-1`` (every batch, Composer's default) or a positive number of batches."""
     accepted = "-1 (every batch) or a positive number of batches"
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise TypeError(f"Trainer {name} must be {accepted}, got {value!r}.")
     if value != -1 and value < 1:
         raise ValueError(

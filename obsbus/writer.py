@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from obsbus._check import check_instance, check_int, check_str
+from obsbus._check import check_instance, check_int, check_str, is_number, type_as_value_error
 from obsbus._failures import FailureLog
 
 __all__ = ["BackgroundWriter", "WritePeriod"]
@@ -40,7 +40,7 @@ class WritePeriod:
     __slots__ = ("_last", "seconds")
 
     def __init__(self, owner: str, seconds: object) -> None:
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        if not is_number(seconds):
             raise TypeError(f"{owner} write_period must be a number of seconds, got {seconds!r}.")
         if not seconds >= 0 or math.isinf(seconds):
             raise ValueError(
@@ -92,10 +92,8 @@ class BackgroundWriter:
     def __init__(
         self, name: str, *, max_queue_size: int = 1024, failures: FailureLog | None = None
     ) -> None:
-        try:
+        with type_as_value_error():  # a wrong type has always been a ValueError here
             check_int("BackgroundWriter", "max_queue_size", max_queue_size, minimum=1)
-        except TypeError as exc:  # a wrong type has always been a ValueError here
-            raise ValueError(str(exc)) from None
         check_instance("BackgroundWriter", "failures", failures, FailureLog, allow_none=True)
         self.name = check_str("BackgroundWriter", "name", name)  # it names every report
         self.max_queue_size = max_queue_size

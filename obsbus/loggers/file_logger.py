@@ -15,7 +15,7 @@ from typing import Any, TextIO, cast
 
 from typing_extensions import override
 
-from obsbus._check import check_bool, check_int
+from obsbus._check import check_bool, check_int, is_int
 from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
@@ -196,7 +196,7 @@ class FileLogger(LoggerDestination):
                 )
             check_remote_name(remote_file_name, "FileLogger remote_file_name")
             check_placeholders(remote_file_name, "FileLogger remote_file_name")
-        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int):
+        if not is_int(buffer_size):
             raise TypeError(_buffer_message(buffer_size))
         if buffer_size == 0 or buffer_size < -1:  # open() refuses unbuffered text I/O
             raise ValueError(_buffer_message(buffer_size))

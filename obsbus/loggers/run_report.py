@@ -42,6 +42,7 @@ from typing import Any
 
 from typing_extensions import override
 
+from obsbus._check import check_int, type_as_value_error
 from obsbus._failures import plugin_name
 from obsbus.errors import MissingExtraError, ObsbusWarning
 from obsbus.logger import Logger, LoggerDestination
@@ -131,9 +132,8 @@ class RunReport(LoggerDestination):
                 )
             check_placeholders(remote_file_name, "RunReport remote_file_name")
         self.remote_file_name = remote_file_name
-        if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1:
-            raise ValueError(f"RunReport buckets must be an int >= 1, got {buckets!r}.")
-        self.buckets = buckets
+        with type_as_value_error():  # a wrong type has always been a ValueError here
+            self.buckets = check_int("RunReport", "buckets", buckets, minimum=1)
         self._state: State | None = None
         self._logger: Logger | None = None
         self._status: dict[str, Any] = {}

@@ -144,9 +144,10 @@ def test_without_the_extra_construction_names_the_install(monkeypatch):
         ({"filename": ""}, TypeError, "RunReport filename must be a non-empty str"),
         ({"filename": "{rnak}.html"}, ValueError, "unknown placeholder"),
         ({"remote_file_name": ""}, TypeError, "remote_file_name must be a non-empty str or None"),
-        ({"buckets": 0}, ValueError, "buckets must be an int >= 1"),
+        ({"buckets": 0}, ValueError, r"^RunReport buckets must be a whole number >= 1, got 0\.$"),
+        ({"buckets": True}, ValueError, r"^RunReport buckets must be a whole number >= 1, got True\.$"),
     ],
-    ids=["empty-name", "bad-placeholder", "empty-remote", "no-buckets"],
+    ids=["empty-name", "bad-placeholder", "empty-remote", "no-buckets", "bool-buckets"],
 )
 def test_bad_arguments_are_refused_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
