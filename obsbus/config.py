@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from obsbus import registry
+from obsbus._check import check_optional_choice, type_as_value_error
 from obsbus._config_check import Problem, check_arguments, check_secrets, check_time, parameters
 from obsbus.errors import MissingExtraError, ObsbusError, ObsbusWarning
 from obsbus.masking import mask_secrets
@@ -281,8 +282,8 @@ def build(source: Source, *, dialect: str | None = None) -> RunConfig:
     where = str(source) if isinstance(source, (str, os.PathLike)) else "the config"
     cfg = load(source)
     if dialect is not None:
-        if dialect not in DIALECTS:
-            raise ValueError(f"unknown dialect {dialect!r}; accepted: {', '.join(DIALECTS)}.")
+        with type_as_value_error():  # a wrong type has always been a ValueError here
+            check_optional_choice("build", "dialect", dialect, DIALECTS)
         cfg = from_primus(cfg)
     # The export's read-only sections hold masked values ('api_key': '***') that are never built.
     secrets = check_secrets({k: v for k, v in cfg.items() if k not in IGNORED_KEYS})

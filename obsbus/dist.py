@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from obsbus._check import check_choice, type_as_value_error
+
 if TYPE_CHECKING:
     import torch
 
@@ -135,8 +137,8 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         tensor: the values to reduce; on NCCL it must live on this rank's GPU.
         op: one of ``sum``, ``mean``, ``min``, ``max``, ``product``.
     """
-    if op not in _REDUCE_OPS:
-        raise ValueError(f"Unknown reduce op {op!r}; accepted: {', '.join(_REDUCE_OPS)}.")
+    with type_as_value_error():  # a wrong type has always been a ValueError here
+        check_choice("all_reduce", "op", op, _REDUCE_OPS)
     if op == "mean" and not (tensor.is_floating_point() or tensor.is_complex()):
         raise TypeError(
             f"all_reduce(op='mean') needs a floating-point tensor, got {tensor.dtype}. "

@@ -36,6 +36,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+from obsbus._check import check_choice, type_as_value_error
 from obsbus.errors import ObsbusWarning
 
 if TYPE_CHECKING:
@@ -113,10 +114,9 @@ _BUILTIN: dict[Kind, dict[str, str]] = {
 _SHADOWED: set[tuple[Kind, str]] = set()
 
 
-def _check_kind(kind: str) -> Kind:
-    if kind not in KINDS:
-        raise ValueError(f"unknown plug-in kind {kind!r}; accepted: {', '.join(KINDS)}.")
-    return kind
+def _plugin_kind(kind: str) -> Kind:
+    with type_as_value_error():  # a wrong type has always been a ValueError here
+        return check_choice("obsbus.registry", "kind", kind, KINDS)  # type: ignore[return-value]
 
 
 def _entry_points(kind: Kind) -> dict[str, str]:
@@ -152,12 +152,12 @@ def _table(kind: Kind) -> dict[str, str]:
 
 def names(kind: Kind) -> list[str]:
     """The registered names of ``kind`` (built-in and entry points), sorted."""
-    return sorted(_table(_check_kind(kind)))
+    return sorted(_table(_plugin_kind(kind)))
 
 
 def import_path(kind: Kind, name: str) -> str | None:
     """``"module:attribute"`` registered for ``name``, or ``None``."""
-    return _table(_check_kind(kind)).get(name)
+    return _table(_plugin_kind(kind)).get(name)
 
 
 def suggest(name: str, choices: list[str]) -> str:
@@ -196,7 +196,7 @@ def name_of(kind: Kind, qualified: str) -> str | None:
         >>> name_of("callbacks", "obsbus.callbacks.speed_monitor.SpeedMonitor")
         'speed_monitor'
     """
-    for name, path in _table(_check_kind(kind)).items():
+    for name, path in _table(_plugin_kind(kind)).items():
         module, _, attr = path.partition(":")
         if f"{module}.{attr}" == qualified:
             return name

@@ -157,12 +157,16 @@ def test_all_reduce_no_op_even_when_env_claims_more_ranks(monkeypatch):
     assert dist.all_reduce(tensor).tolist() == [5.0]
 
 
-@pytest.mark.parametrize("op", ["median", "SUM", "avg", ""], ids=["median", "SUM", "avg", "empty"])
-def test_all_reduce_unknown_op_lists_accepted_ones(op):
-    with pytest.raises(
-        ValueError, match=f"Unknown reduce op '{op}'; accepted: sum, mean, min, max, product"
-    ):
+@pytest.mark.parametrize(
+    ("op", "hint"),
+    [("median", " Did you mean 'mean'?"), ("SUM", " Did you mean 'sum'?"), ("avg", ""), ("", ""), (3, "")],
+    ids=["median", "SUM", "avg", "empty", "int"],
+)
+def test_all_reduce_unknown_op_lists_accepted_ones(op, hint):
+    accepted = "'sum', 'mean', 'min', 'max', 'product'"
+    with pytest.raises(ValueError) as info:
         dist.all_reduce(torch.tensor([1.0]), op=op)
+    assert str(info.value) == f"all_reduce op must be one of {accepted}, got {op!r}.{hint}"
 
 
 def test_all_gather_object_on_one_process():

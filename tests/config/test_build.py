@@ -201,7 +201,7 @@ def test_not_yaml_and_not_a_mapping():
     assert config.build("empty.yaml").kwargs()["callbacks"] == []
     with pytest.raises(TypeError, match="a config is a mapping or a YAML file's path"):
         config.build(3)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="unknown dialect 'foundry'"):
+    with pytest.raises(ValueError, match=r"^build dialect must be one of 'primus' or None, got 'foundry'\.$"):
         config.build({}, dialect="foundry")
 
 
