@@ -271,13 +271,16 @@ class HookTimes:
     def instrument(self, run: Run) -> None:
         engine, state = run.engine, run.state
         table = engine._table
-        for key, (cbs, dests, event) in list(table.items()):
+        for key, (cbs, dests, event, gate) in list(table.items()):
             after = event in self.AFTER_COUNT
-            new_cbs = tuple((cb, self._wrap(state, cb, event, hook, after)) for cb, hook in cbs)
-            new_dests = tuple(
-                (d, self._wrap(state, d, event, hook, after), name) for d, hook, name in dests
+            new_cbs = tuple(
+                (cb, self._wrap(state, cb, event, hook, after), period) for cb, hook, period in cbs
             )
-            table[key] = (new_cbs, new_dests, event)
+            new_dests = tuple(
+                (d, self._wrap(state, d, event, hook, after), name, period)
+                for d, hook, name, period in dests
+            )
+            table[key] = (new_cbs, new_dests, event, gate)
 
     def _wrap(
         self, state: Any, plugin: Any, event: Event, hook: Callable[..., None], after: bool

@@ -59,12 +59,20 @@ class InMemoryLogger(LoggerDestination):
 
     @override
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        timestamp = self._timestamp()
+        # Run logs the loss here every step: appends only (no new list per key per call).
+        timestamp = self.state.timestamp if self.state is not None else Timestamp()
+        data, steps, recent = self.data, self.steps, self.most_recent_timestamps
         for key, value in metrics.items():
-            self.data.setdefault(key, []).append((timestamp, value))
-            self.steps.setdefault(key, []).append(step)
-            self.most_recent_values[key] = value
-            self.most_recent_timestamps[key] = timestamp
+            series = data.get(key)
+            if series is None:
+                series = data[key] = []
+            series.append((timestamp, value))
+            at = steps.get(key)
+            if at is None:
+                at = steps[key] = []
+            at.append(step)
+            recent[key] = timestamp
+        self.most_recent_values.update(metrics)
 
     @override
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
