@@ -320,6 +320,7 @@ class Trainer:
         for opt in state.optimizers:
             opt.zero_grad(set_to_none=True)
         total = state.batch_num_samples
+        train_metrics = run._current_metrics() is not None
         micros = split_batch(batch, state.grad_accum)
         for micro in micros:
             weight = run._num_samples(micro) / total if total and len(micros) > 1 else None
@@ -328,8 +329,9 @@ class Trainer:
             with autocast_for(self.precision, self.device):
                 outputs = run.forward(self.model, inputs)
                 loss = run.loss(self._compute_loss, outputs, micro, weight=weight)
-            with torch.no_grad():
-                run._update_metrics_from(self.model, micro, outputs)
+            if train_metrics:  # no_grad costs ~6 µs to enter: only when there is work
+                with torch.no_grad():
+                    run._update_metrics_from(self.model, micro, outputs)
             loss = loss if weight is None else loss * weight
             run.backward(loss if scaler is None else scaler.scale(loss))
         for opt in state.optimizers:
