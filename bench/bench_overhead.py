@@ -84,6 +84,9 @@ MONITORS: dict[str, Callable[[], Callback]] = {
 class Job:
     """One variant's own model, optimizer and data (the same seeds for every variant)."""
 
+    #: Set by ``--device``: where the model and the batches live.
+    device = "cpu"
+
     def __init__(self, n_batches: int = 64, batch: int = 64) -> None:
         torch.manual_seed(0)
         self.model = torch.nn.Sequential(
@@ -99,6 +102,10 @@ class Job:
             (torch.randn(batch, 64, generator=gen), torch.randint(0, 10, (batch,), generator=gen))
             for _ in range(n_batches)
         ]
+        if self.device != "cpu":
+            self.model.to(self.device)
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+            self.data = [(x.to(self.device), y.to(self.device)) for x, y in self.data]
 
 
 # ------------------------------------------------------------------ variants as generators
@@ -173,7 +180,7 @@ def trainer(steps: int, monitors: tuple[str, ...] = (), memory: bool = False) ->
         max_duration=f"{steps}ba",
         optimizers=job.opt,
         loss_fn=F.cross_entropy,
-        device="cpu",
+        device=Job.device,
         run_name="b",
         progress_bar=False,
         **kwargs,
@@ -220,13 +227,17 @@ def interleave(
     order = list(names)
     rng = random.Random(seed)
     wall, cpu = time.perf_counter, time.process_time
+    # On a GPU the steps are launched asynchronously: each chunk ends with its work done.
+    sync = torch.cuda.synchronize if Job.device.startswith("cuda") else (lambda: None)
     for _ in range(cycles):
         rng.shuffle(order)
         for name in order:
             gen = gens[name]
+            sync()
             w0, c0 = wall(), cpu()
             for _ in range(chunk):
                 next(gen)
+            sync()
             w1, c1 = wall(), cpu()
             times[name]["wall"].append(w1 - w0)
             times[name]["cpu"].append(c1 - c0)
@@ -380,6 +391,7 @@ def table(results: list[dict[str, dict[str, Any]]], chunk: int, cycles: int) -> 
 
 def _child(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     torch.set_num_threads(1)
+    Job.device = args.device
     gc.collect()
     times = interleave(args.variants, args.chunk, args.cycles, args.warmup, args.seed)
     return summarize(times, args.chunk)
@@ -393,6 +405,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (the same job on a GPU)")
     parser.add_argument("--hooks", type=int, default=0, metavar="STEPS", help="hook table steps")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -408,7 +421,8 @@ def main(argv: list[str] | None = None) -> None:
             continue
         cmd = [sys.executable, __file__, "--child", "--seed", str(args.seed + i)]
         cmd += ["--chunk", str(args.chunk), "--cycles", str(args.cycles)]
-        cmd += ["--warmup", str(args.warmup), "--variants", *args.variants]
+        cmd += ["--warmup", str(args.warmup), "--device", args.device]
+        cmd += ["--variants", *args.variants]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         results.append(json.loads(out.strip().splitlines()[-1]))
     print(
@@ -419,6 +433,7 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(table(results, args.chunk, args.cycles)))
     if args.hooks:
         torch.set_num_threads(1)
+        Job.device = args.device
         print()
         print("\n".join(hook_table(args.hooks)))
 
