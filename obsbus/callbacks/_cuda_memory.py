@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from obsbus._check import check_bool, check_folder, check_folder_at_init
+from obsbus._check import check_bool, check_folder, check_folder_at_init, check_int
 from obsbus.errors import ObsbusWarning
 from obsbus.naming import check_placeholders
 
@@ -155,14 +155,13 @@ def find_oom(exc: BaseException | None) -> BaseException | None:
 
 
 def check_max_entries(owner: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{owner} max_entries must be an int, got {value!r}.")
-    if value < 1:
+    try:
+        return check_int(owner, "max_entries", value, minimum=1)
+    except ValueError as exc:
         raise ValueError(
-            f"{owner} max_entries must be >= 1, got {value!r}. Each entry costs a few KB "
-            "of host memory; 100000 (Composer's default) keeps the last ~100k allocations."
-        )
-    return value
+            f"{exc} Each entry costs a few KB of host memory; 100000 (Composer's default) "
+            "keeps the last ~100k allocations."
+        ) from None
 
 
 def check_stacks(owner: str, value: object) -> str:

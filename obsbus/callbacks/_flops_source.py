@@ -16,9 +16,10 @@ Every source counts from shapes: a device tensor would mean a sync per step.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from obsbus._check import is_number
 
 __all__ = ["FlopsSource"]
 
@@ -93,7 +94,7 @@ def _hf_counter(model: Any) -> Callable[[Any], Any] | None:
 
 
 def _number(flops: Any, source: str) -> float:
-    if isinstance(flops, bool) or not isinstance(flops, numbers.Real):
+    if not is_number(flops, real=True):
         raise TypeError(
             f"SpeedMonitor: {source} gave {flops!r}; it must be a Python number (FLOPs for "
             "this rank's batch). To fix, compute it from shapes, e.g. 6 * n_params * tokens, "

@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 from typing import Any, Protocol
 
+from obsbus._check import is_number
+
 __all__ = [
     "FIELDS",
     "AmdSmiProbe",
@@ -211,10 +213,7 @@ class GpuSource:
             return {
                 field: float(value)
                 for field, value in values.items()
-                if field in FIELDS
-                and isinstance(value, (int, float))
-                and not isinstance(value, bool)
-                and math.isfinite(value)
+                if field in FIELDS and is_number(value) and math.isfinite(value)
             }
         except Exception as exc:
             self._note(
@@ -346,7 +345,7 @@ class NvmlProbe(_FieldProbe):
 
 def _number(value: Any) -> float | None:
     """A reading as a float; ``None`` for amdsmi's ``"N/A"`` and its 0xFFFF sentinels."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value == 0xFFFF:
+    if not is_number(value) or value == 0xFFFF:
         return None
     return float(value)
 

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from obsbus._check import is_number
 from obsbus.values import is_tensor, to_number
 
 if TYPE_CHECKING:
@@ -200,7 +201,7 @@ def _to_float(raw: Any, ref: MetricRef, owner: str) -> float:
     if callable(compute) and not is_tensor(raw):
         raw = compute()
     value = to_number(raw) if is_tensor(raw) else raw
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise TypeError(
             f"{owner}: the metric {ref} is {raw!r}, not a number; a stopper needs a number, "
             "a one-element tensor or an object with compute() returning one."

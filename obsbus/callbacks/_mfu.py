@@ -8,11 +8,11 @@ and turns FLOP/s per device into ``throughput/device/mfu``.
 from __future__ import annotations
 
 import math
-import numbers
 import sys
 import warnings
 from typing import Any
 
+from obsbus._check import check_optional_number
 from obsbus.callbacks._peak_flops import peak_flops, precision_of
 from obsbus.errors import ObsbusWarning
 from obsbus.state import State
@@ -28,14 +28,17 @@ def check_peak(value: object) -> float | None:
         >>> check_peak(989e12), check_peak(None)
         (989000000000000.0, None)
     """
-    if value is None:
+    checked = check_optional_number(
+        "SpeedMonitor",
+        "gpu_flops_available",
+        value,
+        finite=False,  # inf is refused below, with the peak's own hint
+        real=True,
+        unit=" of FLOP/s per device (e.g. 989e12)",
+    )
+    if checked is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            "SpeedMonitor gpu_flops_available must be a number of FLOP/s per device "
-            f"(e.g. 989e12) or None, got {value!r}."
-        )
-    peak = float(value)
+    peak = float(checked)
     if not math.isfinite(peak) or peak < 1e9:
         raise ValueError(
             "SpeedMonitor gpu_flops_available must be the peak FLOP/s of one device, "

@@ -23,7 +23,7 @@ from typing import Any
 
 from typing_extensions import override
 
-from obsbus._check import check_folder, check_folder_at_init, check_seconds
+from obsbus._check import check_folder, check_folder_at_init, check_seconds, is_number
 from obsbus.callback import Callback
 from obsbus.event import Event
 from obsbus.logger import Logger
@@ -451,7 +451,7 @@ def wall_seconds(owner: str, name: str, value: object) -> float:
         if parsed is None or parsed.unit is not TimeUnit.SECOND or not parsed.value > 0:
             raise ValueError(f"{owner} {name} must be {_DURATION}, got {value!r}.")
         return float(parsed.value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         raise TypeError(f"{owner} {name} must be {_DURATION}, got {value!r}.")
     return check_seconds(owner, name, value)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import sys
@@ -15,6 +14,14 @@ from typing import Any
 from typing_extensions import override
 
 from obsbus import dist
+from obsbus._check import (
+    check_bool,
+    check_iterable_of,
+    check_optional_int,
+    check_seconds,
+    is_int,
+    type_as_value_error,
+)
 from obsbus.callback import Callback
 from obsbus.callbacks._rocm_smi import GpuReading, Probe, parse_rocm_smi, physical_gpu_index
 from obsbus.callbacks.memory_monitor import GB
@@ -32,12 +39,11 @@ _MISSING = -1.0  # a rank with no reading, in the cross-rank table
 
 
 def _check_batches(value: Any) -> frozenset[int]:
+    """``at_batches`` as a set; a count below 1 (or a bool) is a wrong value, as it always was."""
     accepted = "a list of batch numbers >= 1, e.g. [1, 2] (Primus's default), or [] for none"
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise TypeError(f"RocmSmiMonitor at_batches must be {accepted}; got {value!r}.")
-    batches = list(value)
+    batches = check_iterable_of("RocmSmiMonitor", "at_batches", value, object, accepted=accepted)
     for batch in batches:
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        if not is_int(batch) or batch < 1:
             raise ValueError(
                 f"RocmSmiMonitor at_batches must be {accepted}; got {value!r} "
                 f"(bad entry {batch!r})."
@@ -144,35 +150,20 @@ class RocmSmiMonitor(Callback):
             if log_interval is not None
             else _check_batches((1, 2) if at_batches is None else at_batches)
         )
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout)
-            or timeout <= 0
-        ):
-            raise ValueError(
-                f"RocmSmiMonitor timeout must be a number of seconds > 0, got {timeout!r}."
-            )
+        with type_as_value_error():  # a wrong type here has always been a ValueError
+            timeout = check_seconds("RocmSmiMonitor", "timeout", timeout)
+            device_index = check_optional_int("RocmSmiMonitor", "device_index", device_index)
         if not isinstance(executable, str) or not executable.strip():
             raise ValueError(
                 f"RocmSmiMonitor executable must be a command name or path such as 'rocm-smi' "
                 f"or '/opt/rocm/bin/rocm-smi', got {executable!r}."
             )
-        if device_index is not None and (
-            isinstance(device_index, bool) or not isinstance(device_index, int) or device_index < 0
-        ):
-            raise ValueError(
-                f"RocmSmiMonitor device_index must be None or a GPU number >= 0 as rocm-smi "
-                f"prints it (GPU[3] -> 3), got {device_index!r}."
-            )
-        for name, flag in (
-            ("json_output", json_output),
-            ("gpu_use", gpu_use),
-            ("reduce_across_ranks", reduce_across_ranks),
-        ):
-            if not isinstance(flag, bool):
-                raise TypeError(f"RocmSmiMonitor {name} must be True or False, got {flag!r}.")
-        self.timeout = float(timeout)
+        json_output = check_bool("RocmSmiMonitor", "json_output", json_output)
+        gpu_use = check_bool("RocmSmiMonitor", "gpu_use", gpu_use)
+        reduce_across_ranks = check_bool(
+            "RocmSmiMonitor", "reduce_across_ranks", reduce_across_ranks
+        )
+        self.timeout = timeout
         self.executable = executable
         self.json_output = json_output
         self.gpu_use = gpu_use

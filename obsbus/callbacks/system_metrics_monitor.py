@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import threading
 import time
@@ -14,6 +13,7 @@ from typing import Any
 from typing_extensions import override
 
 from obsbus import dist
+from obsbus._check import check_bool, check_optional_int, check_seconds, type_as_value_error
 from obsbus._host_probe import GB as GB  # the unit of the *_gb keys, as before
 from obsbus._host_probe import MB as MB
 from obsbus._host_probe import HostProbe, IoCounters, io_rates
@@ -266,7 +266,8 @@ class SystemMetricsMonitor(Callback):
         >>> SystemMetricsMonitor(sample_interval_s=0)
         Traceback (most recent call last):
         ...
-        ValueError: SystemMetricsMonitor sample_interval_s must be a number of seconds > 0, got 0.
+        ValueError: SystemMetricsMonitor sample_interval_s must be a finite number of seconds > 0,
+        got 0.
     """
 
     #: Seconds ``fit_end``/``close`` wait for the sampling thread to stop.
@@ -282,30 +283,13 @@ class SystemMetricsMonitor(Callback):
         gpu_index: int | None = None,
     ) -> None:
         self.log_interval = LogInterval(log_interval, "SystemMetricsMonitor log_interval")
-        if (
-            isinstance(sample_interval_s, bool)
-            or not isinstance(sample_interval_s, (int, float))
-            or not math.isfinite(sample_interval_s)
-            or sample_interval_s <= 0
-        ):
-            raise ValueError(
-                "SystemMetricsMonitor sample_interval_s must be a number of seconds > 0, "
-                f"got {sample_interval_s!r}."
-            )
-        if not isinstance(per_rank, bool):
-            raise TypeError(
-                f"SystemMetricsMonitor per_rank must be True or False, got {per_rank!r}."
-            )
-        if gpu_index is not None and (
-            isinstance(gpu_index, bool) or not isinstance(gpu_index, int) or gpu_index < 0
-        ):
-            raise ValueError(
-                "SystemMetricsMonitor gpu_index must be None or a GPU number >= 0 in "
-                f"nvidia-smi's / amd-smi's numbering, got {gpu_index!r}."
-            )
+        with type_as_value_error():  # a wrong type here has always been a ValueError
+            interval = check_seconds("SystemMetricsMonitor", "sample_interval_s", sample_interval_s)
+            gpu_index = check_optional_int("SystemMetricsMonitor", "gpu_index", gpu_index)
+        per_rank = check_bool("SystemMetricsMonitor", "per_rank", per_rank)
         import psutil  # a core dependency; imported here so `import obsbus` stays light
 
-        self.sample_interval_s = float(sample_interval_s)
+        self.sample_interval_s = interval
         self.per_rank = per_rank
         self.gpu_index = gpu_index
         self._psutil = psutil

@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from obsbus._batch import default_num_samples, default_num_tokens
-from obsbus._check import check_bool, check_callable, check_mapping
+from obsbus._check import check_bool, check_callable, check_mapping, is_number
 from obsbus._loss import combine_losses, detached, loss_metrics
 from obsbus._run_args import check_callbacks, check_loggers, check_profiler
 from obsbus._run_record import write_run_record
@@ -349,7 +349,7 @@ class ObsbusCallback(pl.Callback):  # type: ignore[misc]
 
 
 def _flops_number(flops: Any) -> float:
-    if isinstance(flops, bool) or not isinstance(flops, (int, float)):
+    if not is_number(flops):
         raise TypeError(
             f"ObsbusCallback: flops_per_batch gave {flops!r}; it must be a Python number "
             "(FLOPs of one batch, forward and backward), computed from shapes: a tensor "

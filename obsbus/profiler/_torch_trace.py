@@ -76,12 +76,6 @@ def check_unused(settings: Mapping[str, Any], profiler_defaults: Mapping[str, An
         )
 
 
-def check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"TorchProfiler {name} must be True or False, got {value!r}.")
-    return value
-
-
 def check_template(name: str, value: object, *, optional: bool, suffix: str = "") -> str | None:
     """A file-name template with known placeholders (and ``suffix``), or ``None`` if allowed."""
     if value is None and optional:
@@ -94,18 +88,6 @@ def check_template(name: str, value: object, *, optional: bool, suffix: str = ""
         raise ValueError(
             f"TorchProfiler {name} {value!r} must end with {suffix!r}: torch writes the "
             f"memory timeline as HTML. To fix, use e.g. 'rank{{rank}}.{{batch}}.pt.memory{suffix}'."
-        )
-    return value
-
-
-def check_keep(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"TorchProfiler num_traces_to_keep must be an int, got {value!r}.")
-    if value == 0 or value < -1:
-        raise ValueError(
-            f"TorchProfiler num_traces_to_keep must be -1 (keep all) or a positive count, got "
-            f"{value!r}. (0 is not accepted: destinations upload in the background, so a "
-            "trace deleted at once could be lost.)"
         )
     return value
 

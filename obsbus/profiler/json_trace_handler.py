@@ -18,6 +18,7 @@ from obsbus.loggers._remote_folder import RemoteFiles, check_remote_uri
 from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
 from obsbus.naming import check_placeholders
 from obsbus.profiler import _json_trace as jt
+from obsbus.profiler._trace_files import check_keep, refuse_held_traces
 from obsbus.profiler.profiler_action import ProfilerAction
 from obsbus.profiler.trace_handler import TraceHandler
 from obsbus.state import State
@@ -116,17 +117,8 @@ class JSONTraceHandler(TraceHandler):
         self.merged_trace_remote_file_name = jt.check_name(
             merged_trace_remote_file_name, "merged_trace_remote_file_name", optional=True
         )
-        if isinstance(num_traces_to_keep, bool) or not isinstance(num_traces_to_keep, int):
-            raise TypeError(f"num_traces_to_keep must be an int, got {num_traces_to_keep!r}.")
-        if num_traces_to_keep == 0 or num_traces_to_keep < -1:
-            raise ValueError(
-                f"JSONTraceHandler num_traces_to_keep must be -1 (keep all) or a positive int, "
-                f"got {num_traces_to_keep!r}. (0, Composer's 'delete once uploaded', is not "
-                "accepted: uploads run in the background, so a trace deleted at once could be "
-                "lost. To fix, pass 1 to keep only the newest.)"
-            )
+        self.num_traces_to_keep = check_keep("JSONTraceHandler", num_traces_to_keep)
         self.overwrite = check_bool("JSONTraceHandler", "overwrite", overwrite)
-        self.num_traces_to_keep = num_traces_to_keep
         self.remote_folder = remote_folder
         if remote_folder is not None:
             check_remote_uri(remote_folder, "JSONTraceHandler remote_folder")
@@ -229,11 +221,8 @@ class JSONTraceHandler(TraceHandler):
         folder = check_folder_at_init(
             "JSONTraceHandler", "folder", self._path(state, logger, "x").parent
         )
-        if not self.overwrite and folder.is_dir() and any(folder.glob("*.json")):
-            raise FileExistsError(
-                f"JSONTraceHandler: {str(folder)!r} already holds traces. To fix, pass "
-                "overwrite=True, use another run name, or another folder."
-            )
+        if not self.overwrite:
+            refuse_held_traces("JSONTraceHandler", folder, ["*.json"])
         self._remote.init(state, logger)
 
     @override

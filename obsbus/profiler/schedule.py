@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeAlias
 
-from obsbus._check import check_int
+from obsbus._check import check_int, is_int
 from obsbus.profiler.profiler_action import ProfilerAction
 
 if TYPE_CHECKING:
@@ -35,11 +35,6 @@ _SKIP = ProfilerAction.SKIP
 _WARMUP = ProfilerAction.WARMUP
 _ACTIVE = ProfilerAction.ACTIVE
 _ACTIVE_AND_SAVE = ProfilerAction.ACTIVE_AND_SAVE
-
-
-def _check_count(func: str, name: str, value: object, minimum: int = 0) -> int:
-    """``value`` as an int >= ``minimum``, or an error that names the function and argument."""
-    return check_int(func, name, value, minimum=minimum)
 
 
 class _CyclicSchedule:
@@ -165,11 +160,11 @@ def cyclic_schedule(
         cyclic_schedule(skip_first=1, wait=1, warmup=1, active=2, repeat=1)
     """
     func = "cyclic_schedule"
-    skip_first = _check_count(func, "skip_first", skip_first)
-    wait = _check_count(func, "wait", wait)
-    warmup = _check_count(func, "warmup", warmup)
-    active = _check_count(func, "active", active)
-    repeat = _check_count(func, "repeat", repeat)
+    skip_first = check_int(func, "skip_first", skip_first)
+    wait = check_int(func, "wait", wait)
+    warmup = check_int(func, "warmup", warmup)
+    active = check_int(func, "active", active)
+    repeat = check_int(func, "repeat", repeat)
     if wait + warmup + active == 0:
         raise ValueError(
             f"cyclic_schedule has a zero-length cycle: wait={wait}, warmup={warmup}, "
@@ -221,14 +216,14 @@ def _check_ranks(profile_ranks: object) -> frozenset[int] | None:
     accepted = "Accepted: None or 'all' (every rank), a rank, or a list of ranks such as [0, 8]."
     if profile_ranks is None or profile_ranks == "all":
         return None
-    if isinstance(profile_ranks, int) and not isinstance(profile_ranks, bool):
+    if is_int(profile_ranks):
         profile_ranks = (profile_ranks,)
     if isinstance(profile_ranks, (str, bytes)) or not isinstance(profile_ranks, Iterable):
         raise TypeError(
             f"step_window_schedule(profile_ranks={profile_ranks!r}): not a rank list. {accepted}"
         )
     ranks = list(profile_ranks)
-    bad = [r for r in ranks if isinstance(r, bool) or not isinstance(r, int) or r < 0]
+    bad = [r for r in ranks if not is_int(r) or r < 0]
     if bad:
         raise ValueError(
             f"step_window_schedule(profile_ranks={ranks!r}): {bad!r} are not ranks "
@@ -301,9 +296,9 @@ def step_window_schedule(
         ['skip', 'skip', 'skip', 'skip', 'skip', 'skip']
     """
     func = "step_window_schedule"
-    start = _check_count(func, "profile_step_start", profile_step_start)
-    end = _check_count(func, "profile_step_end", profile_step_end)
-    warmup = _check_count(func, "warmup", warmup)
+    start = check_int(func, "profile_step_start", profile_step_start)
+    end = check_int(func, "profile_step_end", profile_step_end)
+    warmup = check_int(func, "warmup", warmup)
     if end <= start:
         raise ValueError(
             f"step_window_schedule(profile_step_start={start}, profile_step_end={end}): the "

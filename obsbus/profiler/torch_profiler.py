@@ -9,13 +9,14 @@ from typing import Any
 
 from typing_extensions import override
 
-from obsbus._check import check_folder, check_folder_at_init
+from obsbus._check import check_bool, check_folder, check_folder_at_init
 from obsbus.callback import Callback
 from obsbus.logger import Logger
 from obsbus.loggers._remote_folder import RemoteFiles, check_remote_name
 from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
 from obsbus.masking import masks_errors
 from obsbus.profiler import _torch_trace as tt
+from obsbus.profiler._trace_files import check_keep, refuse_held_traces
 from obsbus.profiler.profiler_action import ProfilerAction
 from obsbus.state import State
 from obsbus.writer import BackgroundWriter
@@ -122,7 +123,7 @@ class TorchProfiler(Callback):
     ) -> None:
         self.folder = tt.check_template("folder", folder, optional=True)
         check_folder("TorchProfiler", "folder", folder, allow_none=True)  # a file there: now
-        self.use_gzip = tt.check_bool("use_gzip", use_gzip)
+        self.use_gzip = check_bool("TorchProfiler", "use_gzip", use_gzip)
         gz = ".gz" if use_gzip else ""
         name = tt.check_template("filename", filename, optional=False)
         remote = tt.check_template(
@@ -141,13 +142,15 @@ class TorchProfiler(Callback):
             optional=True,
             suffix=".html",
         )
-        self.overwrite = tt.check_bool("overwrite", overwrite)
-        self.record_shapes = tt.check_bool("record_shapes", record_shapes)
-        self.profile_memory = tt.check_bool("profile_memory", profile_memory)
-        self.with_stack = tt.check_bool("with_stack", with_stack)
-        self.with_flops = tt.check_bool("with_flops", with_flops)
-        self.num_traces_to_keep = tt.check_keep(num_traces_to_keep)
-        self.record_memory_history = tt.check_bool("record_memory_history", record_memory_history)
+        self.overwrite = check_bool("TorchProfiler", "overwrite", overwrite)
+        self.record_shapes = check_bool("TorchProfiler", "record_shapes", record_shapes)
+        self.profile_memory = check_bool("TorchProfiler", "profile_memory", profile_memory)
+        self.with_stack = check_bool("TorchProfiler", "with_stack", with_stack)
+        self.with_flops = check_bool("TorchProfiler", "with_flops", with_flops)
+        self.num_traces_to_keep = check_keep("TorchProfiler", num_traces_to_keep)
+        self.record_memory_history = check_bool(
+            "TorchProfiler", "record_memory_history", record_memory_history
+        )
         self.memory_snapshot_path = str(
             tt.check_template("memory_snapshot_path", memory_snapshot_path, optional=False)
         )
@@ -200,11 +203,9 @@ class TorchProfiler(Callback):
             "folder (Profiler torch_prof_folder)",
             state.run_folder.resolve(logger.format_name(self.folder)),
         )
-        held = [*folder.glob("*.json"), *folder.glob("*.json.gz")] if folder.is_dir() else []
-        if held and not self.overwrite:
-            raise FileExistsError(
-                f"TorchProfiler: {str(folder)!r} already holds traces ({held[0].name}, ...). "
-                "To fix, pass torch_prof_overwrite=True, use another run name, or another folder."
+        if not self.overwrite:
+            refuse_held_traces(
+                "TorchProfiler", folder, ["*.json", "*.json.gz"], "torch_prof_overwrite"
             )
         self._remote.init(state, logger)
 

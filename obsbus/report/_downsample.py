@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from obsbus._check import check_int, type_as_value_error
+
 __all__ = ["DEFAULT_BUCKETS", "minmax_band", "minmax_downsample"]
 
 #: Buckets per line: at most ``2 * DEFAULT_BUCKETS`` points reach the browser, which
@@ -15,9 +17,9 @@ DEFAULT_BUCKETS = 2000
 Array = np.ndarray[Any, Any]
 
 
-def _check(x: Array, y: Array, buckets: int) -> None:
-    if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 1:
-        raise ValueError(f"buckets must be an int >= 1, got {buckets!r}.")
+def _check(owner: str, x: Array, y: Array, buckets: int) -> None:
+    with type_as_value_error():  # a wrong type here has always been a ValueError
+        check_int(owner, "buckets", buckets, minimum=1)
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"x and y must be 1-d and of one length, got {x.shape} and {y.shape}.")
 
@@ -39,7 +41,7 @@ def minmax_downsample(x: Array, y: Array, buckets: int = DEFAULT_BUCKETS) -> tup
         (True, True, True, True, True)
     """
     x, y = np.asarray(x), np.asarray(y, dtype=np.float64)
-    _check(x, y, buckets)
+    _check("minmax_downsample", x, y, buckets)
     n = len(y)
     if n <= 2 * buckets:
         return x, y
@@ -72,8 +74,8 @@ def minmax_band(
         (5, 7.0, 0.0)
     """
     x, low, high = np.asarray(x), np.asarray(low, np.float64), np.asarray(high, np.float64)
-    _check(x, low, buckets)
-    _check(x, high, buckets)
+    _check("minmax_band", x, low, buckets)
+    _check("minmax_band", x, high, buckets)
     n = len(x)
     if n <= buckets:
         return x, low, high

@@ -124,7 +124,7 @@ def test_without_cuda_it_warns_once_and_writes_nothing(device, monkeypatch):
     ({"interval": 0}, ValueError, r"MemorySnapshot interval '0ba' is not supported"),
     ({"skip_batches": -1}, ValueError, r"skip_batches must be a whole number >= 0, got -1"),
     ({"skip_batches": True}, TypeError, r"skip_batches must be a whole number >= 0, got True"),
-    ({"max_entries": -5}, ValueError, r"MemorySnapshot max_entries must be >= 1, got -5"),
+    ({"max_entries": -5}, ValueError, r"MemorySnapshot max_entries must be a whole number >= 1, got -5"),
     ({"filename": "{step}"}, ValueError, r"filename '\{step\}' uses unknown placeholder \{step\}"),
     ({"upload": 1}, TypeError, r"MemorySnapshot upload must be True or False, got 1"),
     ({"interval": "3xyz"}, ValueError, r"MemorySnapshot interval '3xyz' is not supported: Invalid"),

@@ -274,8 +274,8 @@ def test_without_cuda_it_warns_once_and_writes_nothing(device, monkeypatch):
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
-    ({"max_entries": 0}, ValueError, r"max_entries must be >= 1, got 0\. Each entry costs"),
-    ({"max_entries": "100k"}, TypeError, r"max_entries must be an int, got '100k'"),
+    ({"max_entries": 0}, ValueError, r"max_entries must be a whole number >= 1, got 0\. Each entry costs"),
+    ({"max_entries": "100k"}, TypeError, r"max_entries must be a whole number >= 1, got '100k'"),
     ({"stacks": "cpp"}, ValueError, r"stacks must be 'python' .* or 'all' .*got 'cpp'"),
     ({"filename": "oom-{rnak}"}, ValueError,
      r"OOMObserver filename 'oom-\{rnak\}' uses unknown placeholder \{rnak\}; accepted: "),

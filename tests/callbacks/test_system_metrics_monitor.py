@@ -612,7 +612,7 @@ def test_gpu_true_without_a_library_names_the_extra(monkeypatch):
     ("kwargs", "error", "match"),
     [
         ({"sample_interval_s": 0}, ValueError,
-         r"SystemMetricsMonitor sample_interval_s must be a number of seconds > 0, got 0\."),
+         r"SystemMetricsMonitor sample_interval_s must be a finite number of seconds > 0, got 0\."),
         ({"sample_interval_s": -1.0}, ValueError, r"sample_interval_s must be .* got -1.0"),
         ({"sample_interval_s": math.nan}, ValueError, r"sample_interval_s must be .* got nan"),
         ({"sample_interval_s": "1"}, ValueError, r"sample_interval_s must be .* got '1'"),
@@ -627,8 +627,8 @@ def test_gpu_true_without_a_library_names_the_extra(monkeypatch):
          r"True \(require one\), False \(none\) or a probe object with open\(\), device_index\(\), "
          r"read\(\) and close\(\); got 'nvidia'"),
         ({"gpu_index": -1}, ValueError,
-         r"SystemMetricsMonitor gpu_index must be None or a GPU number >= 0 .* got -1"),
-        ({"gpu_index": "0"}, ValueError, r"gpu_index must be None or a GPU number >= 0 .* got '0'"),
+         r"SystemMetricsMonitor gpu_index must be a whole number >= 0 or None, got -1"),
+        ({"gpu_index": "0"}, ValueError, r"gpu_index must be a whole number >= 0 or None, got '0'"),
     ],
     ids=["interval-zero", "interval-negative", "interval-nan", "interval-str", "interval-bool",
          "log-interval-unit", "per-rank", "gpu", "gpu-index-negative", "gpu-index-str"],

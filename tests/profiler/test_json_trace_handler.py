@@ -111,7 +111,7 @@ def test_existing_traces_are_not_overwritten(tmp_path):
     ("kwargs", "error", "match"),
     [({"num_traces_to_keep": 0}, ValueError, "-1 \\(keep all\\) or a positive int, got 0"),
      ({"filename": "{bogus}.json"}, ValueError, "unknown placeholder \\{bogus\\}"),
-     ({"num_traces_to_keep": "3"}, TypeError, "must be an int"),
+     ({"num_traces_to_keep": "3"}, TypeError, "must be a whole number >= -1, got '3'"),
      ({"overwrite": "false"}, TypeError, "JSONTraceHandler overwrite must be True or False, got 'false'"),
      ({"overwrite": None}, TypeError, "JSONTraceHandler overwrite must be True or False, got None")],
     ids=["zero", "placeholder", "type", "overwrite-str", "overwrite-none"],

@@ -318,7 +318,7 @@ BAD = [
     (lambda: TorchProfiler(memory_filename="m.html"), ValueError,
      "got record_shapes=False, with_stack=False"),
     (lambda: TorchProfiler(num_traces_to_keep=0), ValueError, "-1 \\(keep all\\) or a positive"),
-    (lambda: TorchProfiler(num_traces_to_keep="2"), TypeError, "must be an int, got '2'"),
+    (lambda: TorchProfiler(num_traces_to_keep="2"), TypeError, "must be a whole number >= -1, got '2'"),
     (lambda: TorchProfiler(use_gzip="yes"), TypeError, "use_gzip must be True or False"),
     (lambda: TorchProfiler(folder=None), ValueError, "has nothing to do"),
 ]

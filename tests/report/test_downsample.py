@@ -67,5 +67,5 @@ def test_band_covers_every_value():
 
 @pytest.mark.parametrize("buckets", [0, -1, 1.5, True], ids=repr)
 def test_bad_bucket_count_is_refused(buckets):
-    with pytest.raises(ValueError, match="buckets must be an int >= 1"):
+    with pytest.raises(ValueError, match="minmax_downsample buckets must be a whole number >= 1"):
         minmax_downsample(np.arange(10), np.arange(10), buckets)
