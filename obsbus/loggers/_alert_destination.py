@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import override
 
-from obsbus._check import check_bool, check_int, check_seconds
+from obsbus._check import (
+    check_bool,
+    check_callable,
+    check_int,
+    check_optional_number,
+    check_seconds,
+)
 from obsbus._failures import plugin_name
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
@@ -128,7 +134,10 @@ class AlertDestination(LoggerDestination):
         for event, flag in switches.items():
             check_bool(cls, f"on_{_FLAG[event]}", flag)
         self.switches = switches
-        self.summary_interval = _minutes(cls, summary_interval)
+        minutes = check_optional_number(
+            cls, "summary_interval", summary_interval, minimum=0, above=True, unit=" of minutes"
+        )
+        self.summary_interval = None if minutes is None else float(minutes)
         self.log_interval = (
             None
             if log_interval is None
@@ -153,11 +162,7 @@ class AlertDestination(LoggerDestination):
                 f"{cls} include_keys must be regular expressions, got {list(include_keys)!r} "
                 f"({exc}). To fix, escape special characters, e.g. 'loss/train/total'."
             ) from None
-        if formatter_func is not None and not callable(formatter_func):
-            raise TypeError(
-                f"{cls} formatter_func must be a function or None, got {formatter_func!r}."
-            )
-        self.formatter_func = formatter_func
+        self.formatter_func = check_callable(cls, "formatter_func", formatter_func)
         self.max_logs_per_message = check_int(
             cls, "max_logs_per_message", max_logs_per_message, minimum=1
         )
@@ -477,18 +482,6 @@ _FLAG = {
     "loss_spike": "loss_spike",
     "upload_failed": "upload_failure",
 }
-
-
-def _minutes(owner: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            f"{owner} summary_interval must be a number of minutes or None, got {value!r}."
-        )
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{owner} summary_interval must be > 0 minutes and finite, got {value!r}.")
-    return float(value)
 
 
 def _duration(seconds: float) -> str:

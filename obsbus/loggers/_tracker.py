@@ -19,9 +19,9 @@ hyperparameters, tables, images, traces, files) and the policy, and calls
 the client through its ``_client_*`` methods (each forwards to the client;
 tests override them to watch or block a call). Each public tracker class is
 a subclass whose ``__init__`` checks its own arguments, builds its client and
-passes the shared options
-(:data:`~obsbus.loggers._tracker_client.SHARED_OPTIONS`: the same names, and the
-same defaults but MLflow's ``logging_rank="last"``) through.
+passes the shared options through (:data:`~obsbus.loggers._shared_options.SHARED_OPTIONS`:
+the same names, and the same defaults but MLflow's ``logging_rank="last"``), most as
+``**options`` (:func:`~obsbus.loggers._shared_options.shares_options`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from typing_extensions import override
 
-from obsbus._check import check_bool, check_seconds
+from obsbus._check import check_bool, check_instance, check_seconds
 from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
@@ -102,11 +102,8 @@ class TrackerDestination(LoggerDestination):
         max_queue_size: int = 1024,
     ) -> None:
         cls = type(self).__name__
-        if client is not None and not isinstance(client, TrackerClient):
-            raise TypeError(
-                f"{cls} client must be a TrackerClient (obsbus.loggers._tracker_client) or "
-                f"None, got {client!r}."
-            )
+        check_instance(cls, "client", client, TrackerClient, allow_none=True,
+                       accepted="a TrackerClient (obsbus.loggers._tracker_client)")  # fmt: skip
         #: The tracker's client (touch it from the writer thread only, once started).
         self.client = TrackerClient() if client is None else client
         self.log_interval = LogInterval(log_interval, f"{cls} log_interval", TimeUnit.BATCH)

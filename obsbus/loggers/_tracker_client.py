@@ -17,15 +17,15 @@ is one module with one client class::
 
     destination = TrackerDestination(PrintClient(), log_interval="10ba")
 
-Also here, for a tracker's public class to stay a constructor: the shared
-option names (:data:`SHARED_OPTIONS`, picked out of its arguments by
-:func:`shared_options`) and :class:`ClientAttribute`, which shows a client's
-setting as the destination's attribute.
+Also here: :class:`ClientAttribute`, which shows a client's setting as the
+destination's attribute, so a tracker's public class keeps its settings with
+its client. The options every tracker shares are in
+:mod:`obsbus.loggers._shared_options`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from obsbus.loggers._tracker import TrackerDestination
     from obsbus.state import State
 
-__all__ = ["SHARED_OPTIONS", "ClientAttribute", "RunInfo", "TrackerClient", "shared_options"]
+__all__ = ["ClientAttribute", "RunInfo", "TrackerClient"]
 
 
 def _no_report(what: str, exc: BaseException) -> None:
@@ -118,17 +118,6 @@ class TrackerClient:
     def finish(self, failed: bool, exception: BaseException | None) -> None:
         """End the run; ``failed`` when the run ended with an exception (``exception``, when
         the state holds it)."""
-
-
-#: The options every tracker takes, by these names
-#: (see :class:`~obsbus.loggers._tracker.TrackerDestination`).
-SHARED_OPTIONS = ("log_interval", "rank_zero_only", "logging_rank", "log_env", "log_git",
-                  "write_period", "close_timeout", "max_queue_size")  # fmt: skip
-
-
-def shared_options(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The shared options out of a tracker constructor's arguments (``locals()``)."""
-    return {name: arguments[name] for name in SHARED_OPTIONS if name in arguments}
 
 
 class ClientAttribute:

@@ -9,10 +9,11 @@ and secrecy are described there.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from obsbus.loggers._alert_destination import AlertDestination
 from obsbus.loggers._alert_secrets import refuse_secret_argument
+from obsbus.loggers._shared_options import AlertOptions, shares_options
 from obsbus.time import TimeLike
 
 __all__ = ["AlertDestination", "SlackLogger", "WebhookLogger"]
@@ -61,6 +62,7 @@ class SlackLogger(AlertDestination):
         >>> del os.environ["SLACK_WEBHOOK_URL"]
     """
 
+    @shares_options(AlertDestination.__init__, AlertOptions)
     def __init__(
         self,
         include_keys: Sequence[str] = (),
@@ -72,21 +74,7 @@ class SlackLogger(AlertDestination):
         *,
         webhook_url_env: str = "SLACK_WEBHOOK_URL",
         webhook_url: str | None = None,
-        on_start: bool = True,
-        on_finish: bool = True,
-        on_failure: bool = True,
-        on_nan: bool = True,
-        on_hang: bool = True,
-        on_loss_spike: bool = True,
-        on_upload_failure: bool = True,
-        summary_interval: float | None = None,
-        rank_zero_only: bool = True,
-        timeout: float = 10.0,
-        max_attempts: int = 5,
-        retry_backoff: float = 1.0,
-        max_backoff: float = 30.0,
-        close_timeout: float = 10.0,
-        max_queue_size: int = 256,
+        **options: Unpack[AlertOptions],
     ) -> None:
         for name, value in (
             ("slack_logging_api_key", slack_logging_api_key),
@@ -106,21 +94,7 @@ class SlackLogger(AlertDestination):
             formatter_func=formatter_func,
             log_interval=log_interval,
             max_logs_per_message=max_logs_per_message,
-            on_start=on_start,
-            on_finish=on_finish,
-            on_failure=on_failure,
-            on_nan=on_nan,
-            on_hang=on_hang,
-            on_loss_spike=on_loss_spike,
-            on_upload_failure=on_upload_failure,
-            summary_interval=summary_interval,
-            rank_zero_only=rank_zero_only,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            retry_backoff=retry_backoff,
-            max_backoff=max_backoff,
-            close_timeout=close_timeout,
-            max_queue_size=max_queue_size,
+            **options,
         )
 
 
@@ -157,6 +131,7 @@ class WebhookLogger(AlertDestination):
         >>> del os.environ["ALERT_URL"]
     """
 
+    @shares_options(AlertDestination.__init__, AlertOptions)
     def __init__(
         self,
         url_env: str = "OBSBUS_WEBHOOK_URL",
@@ -165,25 +140,11 @@ class WebhookLogger(AlertDestination):
         token_env: str | None = None,
         url: str | None = None,
         token: str | None = None,
-        on_start: bool = True,
-        on_finish: bool = True,
-        on_failure: bool = True,
-        on_nan: bool = True,
-        on_hang: bool = True,
-        on_loss_spike: bool = True,
-        on_upload_failure: bool = True,
-        summary_interval: float | None = None,
         log_interval: TimeLike | None = None,
         include_keys: Sequence[str] = (),
         formatter_func: Callable[..., list[dict[str, Any]]] | None = None,
         max_logs_per_message: int = 50,
-        rank_zero_only: bool = True,
-        timeout: float = 10.0,
-        max_attempts: int = 5,
-        retry_backoff: float = 1.0,
-        max_backoff: float = 30.0,
-        close_timeout: float = 10.0,
-        max_queue_size: int = 256,
+        **options: Unpack[AlertOptions],
     ) -> None:
         refuse_secret_argument("WebhookLogger", "url", url, "url_env")
         refuse_secret_argument("WebhookLogger", "token", token, "token_env")
@@ -195,19 +156,5 @@ class WebhookLogger(AlertDestination):
             formatter_func=formatter_func,
             log_interval=log_interval,
             max_logs_per_message=max_logs_per_message,
-            on_start=on_start,
-            on_finish=on_finish,
-            on_failure=on_failure,
-            on_nan=on_nan,
-            on_hang=on_hang,
-            on_loss_spike=on_loss_spike,
-            on_upload_failure=on_upload_failure,
-            summary_interval=summary_interval,
-            rank_zero_only=rank_zero_only,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            retry_backoff=retry_backoff,
-            max_backoff=max_backoff,
-            close_timeout=close_timeout,
-            max_queue_size=max_queue_size,
+            **options,
         )

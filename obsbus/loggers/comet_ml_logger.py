@@ -6,15 +6,16 @@ import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Unpack
 
-from obsbus._check import check_folder, check_mapping
+from obsbus._check import check_bool, check_folder, check_mapping
 from obsbus.errors import MissingExtraError
 from obsbus.loggers._comet_client import CometClient
+from obsbus.loggers._shared_options import TrackerOptions, shares_options
 from obsbus.loggers._tracker import TrackerDestination
-from obsbus.loggers._tracker_client import ClientAttribute, shared_options
+from obsbus.loggers._tracker_checks import check_optional_name
+from obsbus.loggers._tracker_client import ClientAttribute
 from obsbus.naming import check_placeholders
-from obsbus.time import TimeLike
 
 __all__ = ["CometMLLogger"]
 
@@ -119,6 +120,7 @@ class CometMLLogger(TrackerDestination):
     #: The comet experiment, once started (touch it from the writer thread only).
     experiment = ClientAttribute()
 
+    @shares_options(TrackerDestination.__init__, TrackerOptions)
     def __init__(
         self,
         workspace: str | None = None,
@@ -131,48 +133,27 @@ class CometMLLogger(TrackerDestination):
         *,
         online: bool = True,
         offline_directory: str | os.PathLike[str] | None = None,
-        log_interval: TimeLike = "1ba",
         auto_param_logging: bool = False,
         auto_metric_logging: bool = False,
-        log_env: bool = True,
-        log_git: bool = True,
-        write_period: float = 1.0,
-        close_timeout: float = 30.0,
-        logging_rank: int | Literal["last"] = 0,
-        max_queue_size: int = 1024,
+        **options: Unpack[TrackerOptions],
     ) -> None:
         cls = type(self).__name__
-        names = {"workspace": workspace, "project_name": project_name, "name": name}
-        for arg, text in names.items():
-            if text is not None and (not isinstance(text, str) or not text):
-                raise TypeError(f"{cls} {arg} must be a non-empty str or None, got {text!r}.")
-        switches = {
-            "online": online,
-            "rank_zero_only": rank_zero_only,
-            "log_code": log_code,
-            "log_graph": log_graph,
-            "auto_param_logging": auto_param_logging,
-            "auto_metric_logging": auto_metric_logging,
-            "log_env": log_env,
-            "log_git": log_git,
-        }
+        for arg, text in (("workspace", workspace), ("project_name", project_name),
+                          ("name", name)):  # fmt: skip
+            check_optional_name(cls, arg, text)
+        switches = {"online": online, "log_code": log_code, "log_graph": log_graph,
+                    "auto_param_logging": auto_param_logging,
+                    "auto_metric_logging": auto_metric_logging}  # fmt: skip
         for arg, flag in switches.items():
-            if not isinstance(flag, bool):
-                raise TypeError(f"{cls} {arg} must be True or False, got {flag!r}.")
-        if offline_directory is not None and not isinstance(offline_directory, (str, os.PathLike)):
-            raise TypeError(
-                f"{cls} offline_directory must be a path or None, got {offline_directory!r}."
-            )
+            check_bool(cls, arg, flag)
+        # Found at fit otherwise: a file where the zip's folder goes, a key that isn't a str.
+        check_folder(cls, "offline_directory", offline_directory, allow_none=True)
+        extra_kwargs = check_mapping(cls, "exp_kwargs", exp_kwargs)
         if offline_directory is not None and online:
             raise ValueError(
                 f"{cls}: offline_directory={os.fspath(offline_directory)!r} is only used offline. "
                 "To fix, pass online=False, or drop offline_directory."
             )
-        if exp_kwargs is not None and not isinstance(exp_kwargs, Mapping):
-            raise TypeError(f"{cls} exp_kwargs must be a dict or None, got {exp_kwargs!r}.")
-        # Found at fit otherwise: a file where the zip's folder goes, a key that isn't a str.
-        check_folder(cls, "offline_directory", offline_directory, allow_none=True)
-        extra_kwargs = check_mapping(cls, "exp_kwargs", exp_kwargs)
         if "api_key" in extra_kwargs:
             raise ValueError(
                 f"{cls} takes credentials from the environment only, not exp_kwargs['api_key']. "
@@ -180,7 +161,6 @@ class CometMLLogger(TrackerDestination):
             )
         if importlib.util.find_spec("comet_ml") is None:
             raise MissingExtraError(self.extra, cls)
-        options = shared_options(locals())
         exp_kwargs = {
             "log_code": log_code,
             "log_graph": log_graph,
@@ -209,7 +189,7 @@ class CometMLLogger(TrackerDestination):
             else check_placeholders(os.fspath(offline_directory), f"{cls} offline_directory"),
             exp_kwargs=exp_kwargs,
         )
-        super().__init__(client, **options)
+        super().__init__(client, rank_zero_only=rank_zero_only, **options)
 
     @property
     def offline_dir(self) -> Path | None:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Unpack
 
 from typing_extensions import override
 
+from obsbus._check import check_bool, check_number
 from obsbus.errors import MissingExtraError
 from obsbus.logger import Logger
 from obsbus.loggers._mlflow_client import MLFlowClient
@@ -23,11 +23,11 @@ from obsbus.loggers._mlflow_names import (
     uri_scheme,
 )
 from obsbus.loggers._run_metadata import mask_credentials
+from obsbus.loggers._shared_options import TrackerOptions, shares_options
 from obsbus.loggers._tracker import TrackerDestination
-from obsbus.loggers._tracker_client import ClientAttribute, shared_options
+from obsbus.loggers._tracker_client import ClientAttribute
 from obsbus.masking import mask_value
 from obsbus.state import State
-from obsbus.time import TimeLike
 
 __all__ = ["MLFlowLogger"]
 
@@ -172,6 +172,7 @@ class MLFlowLogger(TrackerDestination):
     #: The run logged to: ``run_id`` until a run starts, then that run's id.
     run_id = ClientAttribute()
 
+    @shares_options(TrackerDestination.__init__, TrackerOptions, logging_rank="last")
     def __init__(
         self,
         experiment_name: str | None = None,
@@ -189,18 +190,11 @@ class MLFlowLogger(TrackerDestination):
         upload_traces: bool = False,
         upload_logs: bool = False,
         upload_performance_metrics: bool = True,
-        log_interval: TimeLike = "1ba",
-        logging_rank: int | Literal["last"] = "last",
-        log_env: bool = True,
-        log_git: bool = True,
-        write_period: float = 1.0,
-        close_timeout: float = 30.0,
-        max_queue_size: int = 1024,
+        **options: Unpack[TrackerOptions],
     ) -> None:
         cls = type(self).__name__
         if importlib.util.find_spec("mlflow") is None:
             raise MissingExtraError(self.extra, cls)
-        options = shared_options(locals())
         _check_name(cls, "experiment_name", experiment_name, _MAX_EXPERIMENT_NAME)
         _check_name(cls, "run_name", run_name)
         _check_name(cls, "run_group", run_group)
@@ -210,21 +204,13 @@ class MLFlowLogger(TrackerDestination):
         for key in tags or {}:
             if not isinstance(key, str) or not key:
                 raise ValueError(f"{cls} tag names must be non-empty str, got {key!r}.")
-        if isinstance(flush_interval, bool) or not isinstance(flush_interval, (int, float)):
-            raise TypeError(
-                f"{cls} flush_interval must be a number of seconds, got {flush_interval!r}."
-            )
-        if flush_interval < 0 or not math.isfinite(flush_interval):  # nan: a timer never due
-            raise ValueError(
-                f"{cls} flush_interval must be >= 0 seconds, got {flush_interval!r}: a finite "
-                "number (0: a batch at every hand-over)."
-            )
+        # nan would make a timer that is never due; 0 sends a batch at every hand-over.
+        check_number(cls, "flush_interval", flush_interval, minimum=0, unit=" of seconds")
         switches = {"synchronous": synchronous, "resume": resume, "upload_traces": upload_traces,
                     "upload_logs": upload_logs,
                     "upload_performance_metrics": upload_performance_metrics}  # fmt: skip
         for what, value in switches.items():
-            if not isinstance(value, bool):
-                raise TypeError(f"{cls} {what} must be True or False, got {value!r}.")
+            check_bool(cls, what, value)
         if run_id is not None and (not isinstance(run_id, str) or not _RUN_ID.match(run_id)):
             raise ValueError(
                 f"{cls} run_id must be an MLflow run id (letters, digits, '_' and '-'), "
@@ -275,7 +261,7 @@ class MLFlowLogger(TrackerDestination):
             artifact_location=artifact_location,
             upload_performance_metrics=upload_performance_metrics,
         )
-        super().__init__(client, **options)
+        super().__init__(client, rank_zero_only=rank_zero_only, **options)
         self.upload_traces = upload_traces
         self.upload_logs = upload_logs
 

@@ -6,11 +6,13 @@ import importlib.util
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from obsbus._check import check_bool
+from obsbus._check import check_bool, check_instance
 from obsbus.errors import MissingExtraError
 from obsbus.loggers._neptune_client import NeptuneClient
+from obsbus.loggers._shared_options import shared_options
 from obsbus.loggers._tracker import TrackerDestination
-from obsbus.loggers._tracker_client import ClientAttribute, shared_options
+from obsbus.loggers._tracker_checks import check_optional_name
+from obsbus.loggers._tracker_client import ClientAttribute
 from obsbus.time import TimeLike
 
 __all__ = ["NeptuneLogger"]
@@ -24,8 +26,8 @@ _DEFAULTS = {"capture_stdout": False, "capture_stderr": False, "git_ref": False}
 
 
 def _namespace(cls: str, what: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{cls} {what} must be a str, got {value!r}.")
+    check_instance(cls, what, value, str)
+    assert isinstance(value, str)
     if value.startswith("/") or value.endswith("/") or "//" in value:
         raise ValueError(
             f"{cls} {what} must be a Neptune path like 'training' or 'a/b' (no leading, "
@@ -141,8 +143,7 @@ class NeptuneLogger(TrackerDestination):
             raise MissingExtraError(self.extra, cls)
         options = shared_options(locals())
         for what, value in (("project", project), ("name", name)):
-            if value is not None and (not isinstance(value, str) or not value):
-                raise TypeError(f"{cls} {what} must be a non-empty str or None, got {value!r}.")
+            check_optional_name(cls, what, value)
         if mode is not None and mode not in _MODES:
             raise ValueError(
                 f"{cls} mode must be one of {_MODES} or None, got {mode!r}"

@@ -5,19 +5,19 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Unpack
 
 from typing_extensions import override
 
-from obsbus._check import check_folder
+from obsbus._check import check_bool, check_folder, check_int
 from obsbus.errors import MissingExtraError
 from obsbus.logger import Logger
+from obsbus.loggers._shared_options import TrackerOptions, shares_options
 from obsbus.loggers._tensorboard_client import TensorboardClient
 from obsbus.loggers._tracker import TrackerDestination
-from obsbus.loggers._tracker_client import ClientAttribute, shared_options
+from obsbus.loggers._tracker_client import ClientAttribute
 from obsbus.naming import check_placeholders
 from obsbus.state import State
-from obsbus.time import TimeLike
 
 __all__ = ["TensorboardLogger"]
 
@@ -28,14 +28,6 @@ _FILTERS = (
     ("log_timers", ("time/", "throughput/step_time_")),
     ("log_memory", ("memory/",)),
 )
-
-
-def _check_positive_int(cls: str, name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{cls} {name} must be an int, got {value!r}.")
-    if value < 1:
-        raise ValueError(f"{cls} {name} must be >= 1, got {value!r}.")
-    return value
 
 
 class TensorboardLogger(TrackerDestination):
@@ -153,13 +145,13 @@ class TensorboardLogger(TrackerDestination):
     queue_size = ClientAttribute()
     log_validation_ppl = ClientAttribute()
 
+    @shares_options(TrackerDestination.__init__, TrackerOptions)
     def __init__(
         self,
         log_dir: str | os.PathLike[str] | None = None,
         flush_interval: int = 100,
         rank_zero_only: bool = True,
         *,
-        log_interval: TimeLike = "1ba",
         queue_size: int = 1000,
         log_learning_rate: bool = True,
         log_loss_scale: bool = True,
@@ -168,24 +160,16 @@ class TensorboardLogger(TrackerDestination):
         log_memory: bool = False,
         log_world_size: bool = False,
         log_validation_ppl: bool = False,
-        log_env: bool = True,
-        log_git: bool = True,
-        write_period: float = 1.0,
-        close_timeout: float = 30.0,
-        logging_rank: int | Literal["last"] = 0,
-        max_queue_size: int = 1024,
+        **options: Unpack[TrackerOptions],
     ) -> None:
         cls = type(self).__name__
-        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
-            raise TypeError(f"{cls} log_dir must be a path or None, got {log_dir!r}.")
+        check_folder(cls, "log_dir", log_dir, allow_none=True)  # a file there: now, not at fit
         folder = (
             None if log_dir is None else check_placeholders(os.fspath(log_dir), f"{cls} log_dir")
         )
-        check_folder(cls, "log_dir", folder, allow_none=True)  # a file there: now, not at fit
-        flush_interval = _check_positive_int(cls, "flush_interval", flush_interval)
-        queue_size = _check_positive_int(cls, "queue_size", queue_size)
+        flush_interval = check_int(cls, "flush_interval", flush_interval, minimum=1)
+        queue_size = check_int(cls, "queue_size", queue_size, minimum=1)
         switches = {
-            "rank_zero_only": rank_zero_only,
             "log_learning_rate": log_learning_rate,
             "log_loss_scale": log_loss_scale,
             "log_timers": log_timers,
@@ -193,15 +177,11 @@ class TensorboardLogger(TrackerDestination):
             "log_memory": log_memory,
             "log_world_size": log_world_size,
             "log_validation_ppl": log_validation_ppl,
-            "log_env": log_env,
-            "log_git": log_git,
         }
         for name, value in switches.items():
-            if not isinstance(value, bool):
-                raise TypeError(f"{cls} {name} must be True or False, got {value!r}.")
+            check_bool(cls, name, value)
         if importlib.util.find_spec("tensorboard") is None:
             raise MissingExtraError(self.extra, cls)
-        options = shared_options(locals())
         dropped = tuple(
             prefix for switch, prefixes in _FILTERS if not switches[switch] for prefix in prefixes
         )
@@ -211,7 +191,7 @@ class TensorboardLogger(TrackerDestination):
             dropped_prefixes=dropped,
             log_validation_ppl=log_validation_ppl,
         )
-        super().__init__(client, **options)
+        super().__init__(client, rank_zero_only=rank_zero_only, **options)
         self.flush_interval = flush_interval
         self.log_learning_rate = log_learning_rate
         self.log_loss_scale = log_loss_scale

@@ -10,7 +10,8 @@ TensorBoard, W&B, MLflow, Comet and Neptune are built this way. The README's
 
 from __future__ import annotations
 
+from obsbus.loggers._shared_options import SHARED_OPTIONS
 from obsbus.loggers._tracker import TrackerDestination
-from obsbus.loggers._tracker_client import SHARED_OPTIONS, RunInfo, TrackerClient
+from obsbus.loggers._tracker_client import RunInfo, TrackerClient
 
 __all__ = ["SHARED_OPTIONS", "RunInfo", "TrackerClient", "TrackerDestination"]

@@ -6,14 +6,15 @@ import importlib.util
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 from obsbus._check import check_bool, check_folder, check_folder_at_init, check_mapping
 from obsbus.errors import MissingExtraError
+from obsbus.loggers._shared_options import TrackerOptions, shares_options
 from obsbus.loggers._tracker import TrackerDestination
-from obsbus.loggers._tracker_client import ClientAttribute, shared_options
+from obsbus.loggers._tracker_checks import check_optional_name
+from obsbus.loggers._tracker_client import ClientAttribute
 from obsbus.loggers._wandb_client import NAME_MAXLEN, WandBClient, artifact_name
-from obsbus.time import TimeLike
 
 __all__ = ["WandBLogger", "artifact_name"]
 
@@ -21,11 +22,6 @@ _MODES = ("online", "offline", "disabled", "shared")
 _OWN_INIT_ARGS = ("project", "group", "name", "entity", "tags", "mode", "dir")
 _TAG_MAXLEN = 64
 _BAD_PROJECT_CHARS = re.compile(r"[/\\#?%:]")
-
-
-def _check_str(cls: str, what: str, value: object) -> None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise TypeError(f"{cls} {what} must be a non-empty str or None, got {value!r}.")
 
 
 class WandBLogger(TrackerDestination):
@@ -120,6 +116,7 @@ class WandBLogger(TrackerDestination):
     #: Values for a step older than one written: metrics dropped, tables/images moved.
     late_values = ClientAttribute()
 
+    @shares_options(TrackerDestination.__init__, TrackerOptions)
     def __init__(
         self,
         project: str | None = None,
@@ -133,20 +130,11 @@ class WandBLogger(TrackerDestination):
         *,
         mode: Literal["online", "offline", "disabled", "shared"] | None = None,
         save_dir: str | os.PathLike[str] | None = None,
-        log_interval: TimeLike = "1ba",
-        logging_rank: int | Literal["last"] = 0,
-        log_env: bool = True,
-        log_git: bool = True,
-        write_period: float = 1.0,
-        close_timeout: float = 30.0,
-        max_queue_size: int = 1024,
+        **options: Unpack[TrackerOptions],
     ) -> None:
         cls = type(self).__name__
         if importlib.util.find_spec("wandb") is None:
             raise MissingExtraError(self.extra, cls)
-        options = shared_options(locals())
-        if init_kwargs is not None and not isinstance(init_kwargs, Mapping):
-            raise TypeError(f"{cls} init_kwargs must be a dict, got {init_kwargs!r}.")
         # wandb.init(**init_kwargs) at fit would fail on a key that isn't a str.
         init_kwargs = check_mapping(cls, "init_kwargs", init_kwargs)
         # Composer's init_kwargs may carry what the arguments give (WandBLogger(init_kwargs=
@@ -170,7 +158,7 @@ class WandBLogger(TrackerDestination):
         tags, mode, save_dir = own["tags"], own["mode"], own["dir"]
         for what, value in (("project", project), ("group", group), ("name", name),
                             ("entity", entity)):  # fmt: skip
-            _check_str(cls, what, value)
+            check_optional_name(cls, what, value)
         if project is not None and (
             len(project) > NAME_MAXLEN or _BAD_PROJECT_CHARS.search(project)
         ):
@@ -200,7 +188,7 @@ class WandBLogger(TrackerDestination):
             # Relative to the working directory, as wandb takes it: a file there fails now.
             save_dir=None if save is None else check_folder_at_init(cls, "save_dir", save),
         )
-        super().__init__(client, **options)
+        super().__init__(client, rank_zero_only=rank_zero_only, **options)
 
     def resolved_mode(self) -> str:
         """The mode the run will use: ``mode``, else ``$WANDB_MODE``, else ``"online"``."""

@@ -291,11 +291,11 @@ def test_comet_patching_and_error_reports_are_off_unless_asked_for(monkeypatch):
         (
             {"online": False, "offline_directory": 3},
             TypeError,
-            "offline_directory must be a path or None, got 3",
+            r"offline_directory must be a folder path \(str or os.PathLike\) or None, got 3\.",
         ),
         ({"online": False, "offline_directory": "{rnak}"}, ValueError, "unknown placeholder"),
         ({"exp_kwargs": {"api_key": "k"}}, ValueError, "credentials from the environment only"),
-        ({"exp_kwargs": ["x"]}, TypeError, "exp_kwargs must be a dict or None"),
+        ({"exp_kwargs": ["x"]}, TypeError, r"exp_kwargs must be a dict with str keys, got \['x'\]"),
         ({"log_interval": "5sp"}, ValueError, "CometMLLogger log_interval '5sp'"),
         ({"exp_kwargs": {3: "x"}}, TypeError, "exp_kwargs must be a dict with str keys; the key 3"),
         ({"close_timeout": float("inf")}, ValueError, "close_timeout must be a finite .*got inf"),

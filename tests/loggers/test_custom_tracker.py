@@ -26,8 +26,9 @@ from obsbus.loggers import (
     TensorboardLogger,
     WandBLogger,
 )
+from obsbus.loggers._shared_options import SHARED_OPTIONS
 from obsbus.loggers._tracker import TrackerDestination
-from obsbus.loggers._tracker_client import SHARED_OPTIONS, RunInfo, TrackerClient
+from obsbus.loggers._tracker_client import RunInfo, TrackerClient
 
 
 class JsonLinesClient(TrackerClient):

@@ -307,10 +307,18 @@ def test_secrets_never_reach_the_event_files(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"flush_interval": 0}, ValueError, "flush_interval must be >= 1, got 0"),
-        ({"flush_interval": "10"}, TypeError, "flush_interval must be an int, got '10'"),
-        ({"queue_size": 0}, ValueError, "queue_size must be >= 1, got 0"),
-        ({"log_dir": 3}, TypeError, "log_dir must be a path or None, got 3"),
+        ({"flush_interval": 0}, ValueError, r"flush_interval must be a whole number >= 1, got 0\."),
+        (
+            {"flush_interval": "10"},
+            TypeError,
+            r"flush_interval must be a whole number >= 1, got '10'\. To fix, pass the int 10",
+        ),
+        ({"queue_size": 0}, ValueError, "queue_size must be a whole number >= 1, got 0"),
+        (
+            {"log_dir": 3},
+            TypeError,
+            r"log_dir must be a folder path \(str or os.PathLike\) or None, got 3",
+        ),
         ({"log_dir": "{rnak}"}, ValueError, "uses unknown placeholder {rnak}"),
         ({"log_memory": "yes"}, TypeError, "log_memory must be True or False, got 'yes'"),
         ({"log_interval": "5sp"}, ValueError, "TensorboardLogger log_interval '5sp'"),
