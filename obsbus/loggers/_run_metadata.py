@@ -6,9 +6,10 @@ mask the same way (DESIGN principle 7: secrets stay secret).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = [
     "flatten_hyperparameters",
     "git_metadata",
     "mask_credentials",
+    "record_git",
     "redact",
     "secret_values",
 ]
@@ -123,3 +125,31 @@ def git_metadata(cwd: str | os.PathLike[str] | None = None) -> dict[str, Any] | 
         "remote": mask_credentials(remote) if remote else "",
         "root": _git(["rev-parse", "--show-toplevel"], where) or "",
     }
+
+
+def record_git(
+    run_folder: Path,
+    set_tags: Callable[[dict[str, str]], None],
+    upload: Callable[[str, Path], None] | None,
+) -> None:
+    """Give a tracker the git metadata: tags ``git.commit``, ``git.branch``, ``git.dirty``,
+    and, where it stores files (``upload``), ``system/git_metadata.json`` in ``run_folder``.
+
+    Nothing outside a git checkout.
+    """
+    meta = git_metadata()
+    if meta is None:
+        return
+    set_tags(
+        {f"git.{k}": str(v) for k, v in meta.items() if k in ("commit", "branch")}
+        | {"git.dirty": str(meta["dirty"]).lower()}
+    )
+    if upload is not None:
+        # In the run folder (no temp files left behind); written atomically, as every rank
+        # that logs writes the same content.
+        path = run_folder / "system" / "git_metadata.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".git_metadata.json.{os.getpid()}")
+        partial.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        os.replace(partial, path)
+        upload("system/git_metadata.json", path)

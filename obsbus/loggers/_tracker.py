@@ -26,9 +26,7 @@ the same names, and the same defaults but MLflow's ``logging_rank="last"``), mos
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -41,7 +39,7 @@ from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_ove
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers._images import image_arrays
-from obsbus.loggers._run_metadata import environment_snapshot, flatten_hyperparameters, git_metadata
+from obsbus.loggers._run_metadata import environment_snapshot, flatten_hyperparameters, record_git
 from obsbus.loggers._tracker_client import RunInfo, TrackerClient
 from obsbus.loggers._tracker_media import hold_images, hold_table, table_rows
 from obsbus.run_folder import os_user
@@ -267,21 +265,8 @@ class TrackerDestination(LoggerDestination):
         if self.log_env:
             self._client_log_params(environment_snapshot())
         if self.log_git:
-            meta = git_metadata()
-            if meta is not None:
-                self._client_set_tags(
-                    {f"git.{k}": str(v) for k, v in meta.items() if k in ("commit", "branch")}
-                    | {"git.dirty": str(meta["dirty"]).lower()}
-                )
-                if self.can_upload_files():
-                    # In the run folder (no temp files left behind); written atomically, as
-                    # every rank that logs writes the same content.
-                    path = info.run_folder / "system" / "git_metadata.json"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    partial = path.with_name(f".git_metadata.json.{os.getpid()}")
-                    partial.write_text(json.dumps(meta, indent=2), encoding="utf-8")
-                    os.replace(partial, path)
-                    self._client_upload_file("system/git_metadata.json", path)
+            upload = self._client_upload_file if self.can_upload_files() else None
+            record_git(info.run_folder, self._client_set_tags, upload)
 
     def _chosen_rank(self, world_size: int) -> int:
         return world_size - 1 if self.logging_rank == "last" else int(self.logging_rank)
