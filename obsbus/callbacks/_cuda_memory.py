@@ -10,7 +10,6 @@ naming and uploading run on a CPU-only machine.
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import threading
 import warnings
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from obsbus._check import check_bool, check_folder, check_folder_at_init, check_int
+from obsbus.callbacks._run_files import atomic_write, remote_name
 from obsbus.errors import ObsbusWarning
 from obsbus.naming import check_placeholders
 
@@ -201,37 +201,17 @@ class SnapshotFiles:
         """Write the pickle (what https://pytorch.org/memory_viz opens) and the HTML timeline."""
         stem.parent.mkdir(parents=True, exist_ok=True)
         paths = [stem.with_name(stem.name + ".pickle")]
-        _atomic_write(paths[0], lambda f: pickle.dump(snapshot, f))
+        atomic_write(paths[0], lambda f: pickle.dump(snapshot, f))
         if self.html:
             from torch.cuda._memory_viz import trace_plot
 
             page = trace_plot(snapshot).encode("utf-8")  # type: ignore[no-untyped-call]
             paths.append(stem.with_name(stem.name + ".html"))
-            _atomic_write(paths[1], lambda f: f.write(page))
+            atomic_write(paths[1], lambda f: f.write(page))
         if self.upload:
             for path in paths:
-                logger.upload_file(_remote_name(state, path), path, overwrite=True)
+                logger.upload_file(remote_name(state, path), path, overwrite=True)
         return paths
-
-
-def _remote_name(state: State, path: Path) -> str:
-    """``{run_name}/`` + the path inside the run folder (or the bare name outside it)."""
-    try:
-        inside = path.relative_to(state.run_folder.root).as_posix()
-    except ValueError:
-        inside = path.name
-    return f"{state.run_name}/{inside}"
-
-
-def _atomic_write(path: Path, fill: Callable[[Any], object]) -> None:
-    # A reader (an uploader, a person) never sees half a file.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            fill(f)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class CudaCheck:

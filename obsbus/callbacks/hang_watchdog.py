@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 import contextlib
-import faulthandler
-import inspect
 import logging
 import os
 import re
-import socket
 import sys
-import sysconfig
-import tempfile
 import threading
 import time
-import traceback
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 from typing_extensions import override
 
 from obsbus._check import check_folder, check_folder_at_init, check_seconds, is_number
 from obsbus.callback import Callback
-from obsbus.event import Event
+from obsbus.callbacks._watchdog_dump import (
+    CUDA_WAIT_S,
+    THREAD_NAME,
+    bounded,
+    describe_stuck,
+    hand_off,
+    write_dump,
+)
 from obsbus.logger import Logger
 from obsbus.masking import mask_secrets
 from obsbus.naming import check_placeholders
@@ -39,9 +37,6 @@ log = logging.getLogger("obsbus")
 #: The exit status of a process that ``on_hang="dump_and_exit"`` ended (``HangWatchdog.EXIT_CODE``).
 EXIT_CODE = 87
 ON_HANG = ("dump", "dump_and_exit")
-THREAD_NAME = "obsbus-hang-watchdog"
-_EVENT_NAMES = frozenset(e.value for e in Event)
-_CUDA_WAIT_S = 5.0  # the allocator's lock may be held by the stuck thread: never wait on it long
 _DURATION = "seconds (a number > 0), a datetime.timedelta, or a string such as '30min', '90s', '2h'"
 
 
@@ -279,7 +274,7 @@ class HangWatchdog(Callback):
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             # A dump under way finishes (and with dump_and_exit, exits) before the run goes on.
-            thread.join(timeout=self.exit_timeout + self.exit_grace + _CUDA_WAIT_S + 1.0)
+            thread.join(timeout=self.exit_timeout + self.exit_grace + CUDA_WAIT_S + 1.0)
         self._thread = None
 
     # --------------------------------------------------------------- watching
@@ -316,7 +311,17 @@ class HangWatchdog(Callback):
         where = describe_stuck(train)
         path: Path | None = None
         try:
-            path = self._write(state, logger, stalled, limit, where, frames)
+            path = write_dump(
+                self._folder_path(state, logger),
+                state,
+                stalled=stalled,
+                limit=limit,
+                last_event=self._last_event,
+                where=where,
+                frames=frames,
+                train_ident=self._train_ident,
+            )
+            self.dumps.append(path)
         except Exception:
             log.exception("obsbus HangWatchdog could not write its dump file.")
         title = f"Hang on rank {state.rank} of run {state.run_name}"
@@ -329,7 +334,8 @@ class HangWatchdog(Callback):
         log.error("obsbus HangWatchdog: %s", text)
         exiting = self.on_hang == "dump_and_exit"
         bounded(
-            lambda: self._hand_off(state, logger, path, title, text, exiting), self.exit_timeout
+            lambda: hand_off(state, logger, path, title, text, exiting, self.exit_timeout),
+            self.exit_timeout,
         )
         if exiting:
             # The other ranks' timers run a little behind this one's; exiting at once would
@@ -341,101 +347,9 @@ class HangWatchdog(Callback):
                     stream.flush()
             os._exit(EXIT_CODE)
 
-    def _hand_off(
-        self, state: State, logger: Logger, path: Path | None, title: str, text: str, flush: bool
-    ) -> None:
-        """Upload, alert and (before exiting) flush, within ``exit_timeout`` in all."""
-        deadline = time.monotonic() + self.exit_timeout
-        if path is not None:
-            logger.upload_file(remote_name(state, path), path, overwrite=True)
-        for dest in logger.destinations:
-            alert = getattr(dest, "alert", None)
-            if callable(alert):
-                try:
-                    alert(title, text, level="error", file=path)
-                except Exception:
-                    log.exception("obsbus HangWatchdog: %s.alert failed.", type(dest).__name__)
-        if not flush:
-            return
-        for name in ("flush", "wait_for_uploads"):
-            for dest in logger.destinations:
-                method = getattr(dest, name, None)
-                if callable(method):
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        log.warning(
-                            "obsbus HangWatchdog: exit_timeout ran out before %s.%s.",
-                            type(dest).__name__,
-                            name,
-                        )
-                        continue
-                    try:
-                        call_bounded(method, left)
-                    except Exception:
-                        log.exception(
-                            "obsbus HangWatchdog: %s.%s failed.", type(dest).__name__, name
-                        )
-        loguru = sys.modules.get("loguru")
-        if loguru is not None:
-            loguru.logger.complete()
-
     # ----------------------------------------------------------------- dumping
     def _folder_path(self, state: State, logger: Logger) -> Path:
         return state.run_folder.resolve(logger.format_name(self.dump_folder))
-
-    def _write(
-        self,
-        state: State,
-        logger: Logger,
-        stalled: float,
-        limit: float,
-        where: dict[str, str],
-        frames: dict[int, FrameType],
-    ) -> Path:
-        stamp = datetime.now(UTC)
-        ts = state.timestamp
-        info = state.rank_info
-        lines = [
-            f"obsbus HangWatchdog: no batch has ended for {stalled:.1f} s (timeout {limit:g} s)",
-            "",
-            f"rank: {info.rank} of {info.world_size} (local rank {info.local_rank}, "
-            f"node {info.node_rank})",
-            f"host: {socket.gethostname()}  pid: {os.getpid()}",
-            f"run: {state.run_name}",
-            f"time: {stamp.isoformat(timespec='seconds')}",
-            f"epoch: {ts._epoch}  batch: {ts._batch}  batch in epoch: {ts._batch_in_epoch}",
-            f"last event seen: {self._last_event}",
-            f"event in progress: {where['event']}",
-            f"blocked frame: {where['innermost']}",
-            f"call site: {where['call_site']}",
-            f"seconds since the last progress: {stalled:.1f}",
-            "",
-            "== Python stacks (training thread first) ==",
-        ]
-        me = threading.get_ident()
-        names = {t.ident: t.name for t in threading.enumerate()}
-        order = sorted(frames, key=lambda i: (i != self._train_ident, i))
-        for ident in order:
-            if ident == me:
-                continue
-            mark = " [training thread]" if ident == self._train_ident else ""
-            lines.append(f"Thread {names.get(ident, '?')!r} (ident {ident}){mark}:")
-            lines.append("".join(traceback.format_stack(frames[ident])).rstrip())
-            lines.append("")
-        lines += ["== faulthandler.dump_traceback(all_threads=True) ==", faulthandler_text(), ""]
-        lines += ["== torch.cuda memory ==", *cuda_memory(state), ""]
-        folder = self._folder_path(state, logger)
-        folder.mkdir(parents=True, exist_ok=True)
-        stem = f"rank{info.rank}-{stamp.strftime('%Y%m%dT%H%M%SZ')}"
-        path, n = folder / f"{stem}.txt", 1
-        while path.exists():  # a second stall within the same second keeps the first dump
-            n += 1
-            path = folder / f"{stem}-{n}.txt"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(mask_secrets("\n".join(lines)), encoding="utf-8")
-        os.replace(tmp, path)  # an uploader or a person never reads half a dump
-        self.dumps.append(path)
-        return path
 
 
 def wall_seconds(owner: str, name: str, value: object) -> float:
@@ -454,130 +368,3 @@ def wall_seconds(owner: str, name: str, value: object) -> float:
     if not is_number(value):
         raise TypeError(f"{owner} {name} must be {_DURATION}, got {value!r}.")
     return check_seconds(owner, name, value)
-
-
-def describe_stuck(frame: FrameType | None) -> dict[str, str]:
-    """Where the training thread is: innermost frame, call site, the event and hook it is in."""
-    if frame is None:
-        gone = "the training thread has no Python frame (it ended)"
-        return {"innermost": gone, "call_site": gone, "event": "unknown", "summary": gone}
-    stack: list[FrameType] = []
-    f: FrameType | None = frame
-    while f is not None:
-        stack.append(f)
-        f = f.f_back
-    stack.reverse()  # outermost first
-    site = next((f for f in reversed(stack) if not _is_library(f.f_code.co_filename)), stack[-1])
-    event = "none (not inside an obsbus event)"
-    hooks = [
-        f for f in stack if f.f_code.co_name in _EVENT_NAMES and "self" in f.f_code.co_varnames
-    ]
-    if hooks:
-        hook = hooks[-1]
-        event = f"{hook.f_code.co_name} (in {hook.f_code.co_qualname})"
-    inner, call = _frame_text(stack[-1]), _frame_text(site)
-    return {
-        "innermost": inner,
-        "call_site": call,
-        "event": event,
-        "summary": f"blocked in {inner}, called from {call}"
-        if site is not stack[-1]
-        else f"blocked in {inner}",
-    }
-
-
-def _frame_text(frame: FrameType) -> str:
-    code = frame.f_code
-    return f"{code.co_qualname} ({code.co_filename}:{frame.f_lineno})"
-
-
-def _is_library(filename: str) -> bool:
-    """Whether ``filename`` is torch's or the standard library's (site-packages is not)."""
-    paths = sysconfig.get_paths()
-    packages = (paths["purelib"] + os.sep, paths["platlib"] + os.sep)
-    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
-    if isinstance(torch_file, str) and filename.startswith(os.path.dirname(torch_file) + os.sep):
-        return True
-    return filename.startswith(paths["stdlib"] + os.sep) and not filename.startswith(packages)
-
-
-def faulthandler_text() -> str:
-    """What ``faulthandler.dump_traceback`` writes (it needs a real file descriptor)."""
-    with tempfile.TemporaryFile() as f:
-        faulthandler.dump_traceback(f, all_threads=True)
-        f.seek(0)
-        return f.read().decode("utf-8", errors="replace").rstrip()
-
-
-def cuda_memory(state: State) -> list[str]:
-    """``torch.cuda.memory_stats`` lines, when this process initialized CUDA; read bounded."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
-        return ["CUDA is not initialized in this process."]
-    device = state.device
-    if getattr(device, "type", None) == "cuda" and getattr(device, "index", None) is not None:
-        devices = [device.index]
-    else:
-        devices = list(range(torch.cuda.device_count()))
-    lines: list[str] = []
-
-    def read() -> None:
-        for index in devices:
-            stats = torch.cuda.memory_stats(index)
-            row = ", ".join(
-                f"{key}={stats.get(key, 0) / 2**20:.1f} MiB"
-                for key in (
-                    "allocated_bytes.all.current",
-                    "allocated_bytes.all.peak",
-                    "reserved_bytes.all.current",
-                    "reserved_bytes.all.peak",
-                )
-            )
-            retries, ooms = stats.get("num_alloc_retries", 0), stats.get("num_ooms", 0)
-            lines.append(f"cuda:{index}: {row}, num_alloc_retries={retries}, num_ooms={ooms}")
-
-    if not bounded(read, _CUDA_WAIT_S):
-        lines.append(
-            f"not read within {_CUDA_WAIT_S:g} s (the stuck thread may hold the allocator)"
-        )
-    return lines
-
-
-def bounded(fn: Callable[[], object], seconds: float) -> bool:
-    """Run ``fn`` on a daemon thread; ``False`` if it did not end within ``seconds``."""
-
-    def run() -> None:
-        try:
-            fn()
-        except Exception:
-            log.exception("obsbus HangWatchdog: %s failed.", getattr(fn, "__name__", fn))
-
-    worker = threading.Thread(target=run, name=f"{THREAD_NAME}-work", daemon=True)
-    worker.start()
-    worker.join(seconds)
-    return not worker.is_alive()
-
-
-def call_bounded(method: Callable[..., Any], seconds: float) -> None:
-    """``method(timeout=seconds)`` where it takes a timeout (and ``fsync=True``), else bounded."""
-    params: Mapping[str, Any]
-    try:
-        params = inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        params = {}
-    kwargs: dict[str, Any] = {}
-    if "fsync" in params:
-        kwargs["fsync"] = True
-    if "timeout" in params:
-        method(timeout=seconds, **kwargs)
-    else:
-        bounded(lambda: method(**kwargs), seconds)
-
-
-def remote_name(state: State, path: Path) -> str:
-    """``{run_name}/`` + the path inside the run folder (or the bare name outside it)."""
-    try:
-        inside = path.relative_to(state.run_folder.root).as_posix()
-    except ValueError:
-        inside = path.name
-    return f"{state.run_name}/{inside}"

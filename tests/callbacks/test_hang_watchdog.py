@@ -432,27 +432,27 @@ def test_cuda_memory_stats_are_read_when_cuda_is_initialized(monkeypatch):
     from types import SimpleNamespace
 
     from obsbus import State
-    from obsbus.callbacks import hang_watchdog
+    from obsbus.callbacks import _watchdog_dump
 
     monkeypatch.setitem(sys.modules, "torch", FakeTorch(FakeCuda()))
     state = State(run_name="r")
-    lines = hang_watchdog.cuda_memory(state)  # no CUDA device on the state: every device
+    lines = _watchdog_dump.cuda_memory(state)  # no CUDA device on the state: every device
     assert [line.split(":")[1] for line in lines] == ["0", "1"]
     assert lines[1].startswith("cuda:1: allocated_bytes.all.current=6.0 MiB, ")
     assert "reserved_bytes.all.peak=32.0 MiB, num_alloc_retries=1, num_ooms=0" in lines[0]
     state.device = SimpleNamespace(type="cuda", index=1)  # this rank's device only
-    assert [line.split(":")[1] for line in hang_watchdog.cuda_memory(state)] == ["1"]
+    assert [line.split(":")[1] for line in _watchdog_dump.cuda_memory(state)] == ["1"]
 
 
 def test_cuda_memory_stats_that_hang_are_given_up(monkeypatch):
     from obsbus import State
-    from obsbus.callbacks import hang_watchdog
+    from obsbus.callbacks import _watchdog_dump
 
     cuda = FakeCuda(stall=5.0)
     monkeypatch.setitem(sys.modules, "torch", FakeTorch(cuda))
-    monkeypatch.setattr(hang_watchdog, "_CUDA_WAIT_S", 0.2)
+    monkeypatch.setattr(_watchdog_dump, "CUDA_WAIT_S", 0.2)
     try:
-        assert hang_watchdog.cuda_memory(State(run_name="r")) == [
+        assert _watchdog_dump.cuda_memory(State(run_name="r")) == [
             "not read within 0.2 s (the stuck thread may hold the allocator)"
         ]
     finally:
