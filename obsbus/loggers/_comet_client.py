@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import override
 
 from obsbus._check import check_folder_at_init
-from obsbus.loggers._tracker_client import RunInfo, TrackerClient
+from obsbus.loggers._tracker_client import RunInfo, TrackerClient, skip_not_a_number
 from obsbus.masking import masked_sys_argv
 
 if TYPE_CHECKING:
@@ -115,14 +115,8 @@ class CometClient(TrackerClient):
         for key, value in values.items():
             if isinstance(value, (int, float)):
                 numbers[key] = int(value) if isinstance(value, bool) else value
-            elif key not in self._not_numbers:
-                self._not_numbers.add(key)
-                log.warning(
-                    "obsbus: CometMLLogger logs numbers only; %r is a %s and is skipped "
-                    "(reported once per key).",
-                    key,
-                    type(value).__name__,
-                )
+            else:
+                skip_not_a_number(self._not_numbers, "CometMLLogger logs", key, value)
         if numbers:
             self.experiment.log_metrics(numbers, step=step)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,15 +20,13 @@ from obsbus.loggers._tensorboard_summaries import (
     scalar_summary,
     text_summary,
 )
-from obsbus.loggers._tracker_client import RunInfo, TrackerClient
+from obsbus.loggers._tracker_client import RunInfo, TrackerClient, skip_not_a_number
 
 if TYPE_CHECKING:
     from obsbus.logger import Logger
     from obsbus.state import State
 
 __all__ = ["TensorboardClient"]
-
-log = logging.getLogger("obsbus")
 
 
 class TensorboardClient(TrackerClient):
@@ -112,14 +109,7 @@ class TensorboardClient(TrackerClient):
                 continue
             number = as_number(value)
             if number is None:
-                if key not in self._not_numbers:
-                    self._not_numbers.add(key)
-                    log.warning(
-                        "obsbus: TensorboardLogger writes numbers only; %r is a %s and is "
-                        "skipped (reported once per key).",
-                        key,
-                        type(value).__name__,
-                    )
+                skip_not_a_number(self._not_numbers, "TensorboardLogger writes", key, value)
                 continue
             scalars[key] = number
             if self.log_validation_ppl and key.startswith("metrics/") and key.endswith("/loss"):

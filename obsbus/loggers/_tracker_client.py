@@ -25,6 +25,7 @@ its client. The options every tracker shares are in
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,9 @@ if TYPE_CHECKING:
     from obsbus.loggers._tracker import TrackerDestination
     from obsbus.state import State
 
-__all__ = ["ClientAttribute", "RunInfo", "TrackerClient"]
+__all__ = ["ClientAttribute", "RunInfo", "TrackerClient", "skip_not_a_number"]
+
+log = logging.getLogger("obsbus")
 
 
 def _no_report(what: str, exc: BaseException) -> None:
@@ -144,3 +147,18 @@ class ClientAttribute:
 
     def __set__(self, obj: TrackerDestination, value: Any) -> None:
         setattr(obj.client, self.attr, value)
+
+
+def skip_not_a_number(seen: set[str], who: str, key: str, value: object) -> None:
+    """Warn that a client that stores numbers only skips ``key`` (once per key: ``seen``).
+
+    ``who`` is the tracker and its verb, e.g. ``"TensorboardLogger writes"``.
+    """
+    if key not in seen:
+        seen.add(key)
+        log.warning(
+            "obsbus: %s numbers only; %r is a %s and is skipped (reported once per key).",
+            who,
+            key,
+            type(value).__name__,
+        )
