@@ -26,7 +26,6 @@ import contextlib
 import importlib
 import importlib.util
 import io
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
@@ -38,10 +37,8 @@ __all__ = [
     "FIELDS",
     "AmdSmiProbe",
     "GpuProbe",
-    "GpuSource",
     "Note",
     "NvmlProbe",
-    "close_quietly",
     "describe",
     "import_quietly",
     "installed_probes",
@@ -151,97 +148,17 @@ def installed_probes() -> list[tuple[str, Callable[[], GpuProbe]]]:
     return found
 
 
-class GpuSource:
-    """This rank's GPU through the first probe that opens; any failure turns GPU metrics off."""
-
-    def __init__(
-        self,
-        candidates: Sequence[tuple[str, GpuProbe | None, str | None]],
-        visible: int,
-        index: int | None,
-        note: Note,
-        turn_off: Callable[[], None],
-    ) -> None:
-        self._candidates = candidates
-        self._visible = visible
-        self._index = index
-        self._note = note
-        self._turn_off = turn_off
-        self.probe: GpuProbe | None = None
-        self.index = 0
-
-    def open(self) -> None:
-        reasons = []
-        for name, probe, why in self._candidates:
-            if probe is None:
-                reasons.append(f"{name}: {why}")
-                continue
-            try:
-                count = probe.open()
-                index = self._index
-                if index is None:
-                    index = probe.device_index(self._visible)
-                    if index is None:
-                        index = self._visible
-                        self._note(
-                            "gpu-map",
-                            f"could not map cuda:{self._visible} through the "
-                            f"visibility variables to {name}'s numbering; reporting its GPU "
-                            f"{index}. To fix, pass gpu_index=<that number>.",
-                        )
-                if index < count:
-                    self.probe, self.index = probe, index
-                    return
-                reasons.append(f"{name}: GPU {index} wanted, {count} found")
-            except Exception as exc:
-                reasons.append(f"{name}: {describe(exc)}")
-            close_quietly(probe)
-        if reasons:
-            self._note(
-                "gpu",
-                "GPU metrics are off: " + "; ".join(reasons) + ". The other system "
-                "metrics go on. To silence this, pass gpu=False.",
-            )
-        self._turn_off()
-
-    def read(self) -> dict[str, float]:
-        probe = self.probe
-        if probe is None:
-            return {}
-        try:
-            values = probe.read(self.index)
-            return {
-                field: float(value)
-                for field, value in values.items()
-                if field in FIELDS and is_number(value) and math.isfinite(value)
-            }
-        except Exception as exc:
-            self._note(
-                "gpu",
-                f"GPU metrics stopped: {probe.name} failed reading GPU "
-                f"{self.index}: {describe(exc)}. The other system metrics go on. To silence "
-                "this, pass gpu=False.",
-            )
-            self.close()
-            self._turn_off()
-            return {}
-
-    def close(self) -> None:
-        probe, self.probe = self.probe, None
-        close_quietly(probe)
-
-
-def close_quietly(probe: GpuProbe | None) -> None:
-    if probe is not None:
-        # Closing a library that failed to open or read: nothing more to say.
-        with contextlib.suppress(Exception):
-            probe.close()
-
-
 class _FieldProbe:
-    """Reads fields one by one; a field the GPU does not support is dropped for good."""
+    """Reads fields one by one; a field the GPU does not support is dropped for good.
+
+    A subclass names its library (``library``, imported by :meth:`load`) and the
+    function that stops it (``shutdown``), and reads each group of fields
+    through :meth:`_read_groups`.
+    """
 
     name = "gpu"
+    library = ""
+    shutdown = ""
 
     def __init__(self, module: Any) -> None:
         self._lib = module
@@ -250,20 +167,30 @@ class _FieldProbe:
 
     @classmethod
     def load(cls) -> GpuProbe:
-        raise NotImplementedError
+        module, why = import_quietly(cls.library)
+        if module is None:
+            raise RuntimeError(why)
+        return cls(module)  # type: ignore[return-value]  # a subclass has the whole shape
 
     def _not_supported(self, exc: Exception) -> bool:
         raise NotImplementedError
 
-    def _field(self, group: str, read: Callable[[], None]) -> None:
-        if group in self.unsupported:
-            return
-        try:
-            read()
-        except Exception as exc:
-            if not self._not_supported(exc):
-                raise
-            self.unsupported.add(group)
+    def _read_groups(self, **readers: Callable[[], None]) -> None:
+        """Call each group's reader, except those the GPU does not support."""
+        for group, read in readers.items():
+            if group in self.unsupported:
+                continue
+            try:
+                read()
+            except Exception as exc:
+                if not self._not_supported(exc):
+                    raise
+                self.unsupported.add(group)
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            getattr(self._lib, self.shutdown)()
 
 
 class NvmlProbe(_FieldProbe):
@@ -275,13 +202,8 @@ class NvmlProbe(_FieldProbe):
     """
 
     name = "nvidia-ml-py"
-
-    @classmethod
-    def load(cls) -> GpuProbe:
-        module, why = import_quietly("pynvml")
-        if module is None:
-            raise RuntimeError(why)
-        return cls(module)
+    library = "pynvml"
+    shutdown = "nvmlShutdown"
 
     def open(self) -> int:
         self._lib.nvmlInit()
@@ -328,19 +250,10 @@ class NvmlProbe(_FieldProbe):
         def power() -> None:
             out["power_w"] = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0  # milliwatts
 
-        for group, read in (
-            ("utilization", utilization),
-            ("memory", memory),
-            ("temperature", temperature),
-            ("power", power),
-        ):
-            self._field(group, read)
+        self._read_groups(
+            utilization=utilization, memory=memory, temperature=temperature, power=power
+        )
         return out
-
-    def close(self) -> None:
-        if self._open:
-            self._open = False
-            self._lib.nvmlShutdown()
 
 
 def _number(value: Any) -> float | None:
@@ -359,13 +272,8 @@ class AmdSmiProbe(_FieldProbe):
     """
 
     name = "amdsmi"
-
-    @classmethod
-    def load(cls) -> GpuProbe:
-        module, why = import_quietly("amdsmi")
-        if module is None:
-            raise RuntimeError(why)
-        return cls(module)
+    library = "amdsmi"
+    shutdown = "amdsmi_shut_down"
 
     def open(self) -> int:
         amd = self._lib
@@ -431,16 +339,7 @@ class AmdSmiProbe(_FieldProbe):
                     out["power_w"] = value  # watts
                     return
 
-        for group, read in (
-            ("utilization", utilization),
-            ("memory", memory),
-            ("temperature", temperature),
-            ("power", power),
-        ):
-            self._field(group, read)
+        self._read_groups(
+            utilization=utilization, memory=memory, temperature=temperature, power=power
+        )
         return out
-
-    def close(self) -> None:
-        if self._open:
-            self._open = False
-            self._lib.amdsmi_shut_down()

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-import threading
-import time
-import warnings
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from typing_extensions import override
@@ -16,24 +11,24 @@ from obsbus import dist
 from obsbus._check import check_bool, check_optional_int, check_seconds, type_as_value_error
 from obsbus._host_probe import GB as GB  # the unit of the *_gb keys, as before
 from obsbus._host_probe import MB as MB
-from obsbus._host_probe import HostProbe, IoCounters, io_rates
+from obsbus._host_probe import IoCounters, io_rates
 from obsbus.callback import Callback
-from obsbus.callbacks._gpu_probes import (
-    GpuProbe,
+from obsbus.callbacks._gpu_probes import GpuProbe, installed_probes
+from obsbus.callbacks._system_sampler import THREAD_NAME as THREAD_NAME  # the thread's name
+from obsbus.callbacks._system_sampler import (
     GpuSource,
-    Note,
-    describe,
-    installed_probes,
+    Notes,
+    Sampler,
+    host_probe,
+    visible_gpu,
 )
-from obsbus.errors import MissingExtraError, ObsbusWarning
+from obsbus.errors import MissingExtraError
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger
 from obsbus.state import State
 from obsbus.time import TimeLike
 
 __all__ = ["IoCounters", "SystemMetricsMonitor", "across_ranks", "io_rates"]
-
-THREAD_NAME = "obsbus-system-metrics"
 
 
 def across_ranks(gathered: Sequence[Mapping[str, float]], per_rank: bool) -> dict[str, float]:
@@ -61,126 +56,6 @@ def across_ranks(gathered: Sequence[Mapping[str, float]], per_rank: bool) -> dic
         out[f"{key}/min"] = min(values)
         out[f"{key}/max"] = max(values)
     return out
-
-
-class _Notes:
-    """Failures seen on the sampling thread, warned once per kind from the training thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pending: list[str] = []
-        self.counts: Counter[str] = Counter()
-
-    def __call__(self, kind: str, message: str) -> None:
-        with self._lock:
-            self.counts[kind] += 1
-            if self.counts[kind] == 1:
-                self._pending.append(message)
-
-    def emit(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, []
-        for message in pending:
-            warnings.warn(f"SystemMetricsMonitor: {message}", ObsbusWarning, stacklevel=4)
-
-
-def _probe(psutil: Any, note: Note, clock: Callable[[], float] = time.monotonic) -> HostProbe:
-    """The monitor's host readings: CPU, memory and this process (CPU and RSS) as three sources."""
-
-    def on_failure(source: str, exc: BaseException) -> None:
-        note(
-            f"psutil-{source}",
-            f"psutil could not read {source} ({describe(exc)}); its keys are left out now.",
-        )
-
-    gauges = {"cpu": ("cpu",), "memory": ("memory",), "process": ("process_cpu", "process_memory")}
-    return HostProbe(psutil, gauges, disk="disk", net="network", on_failure=on_failure, clock=clock)
-
-
-class _Sampler:
-    """The daemon thread: a sample every ``interval`` s, summed into the current window."""
-
-    def __init__(self, host: HostProbe, gpu: GpuSource | None, interval: float, note: Note) -> None:
-        self._host, self._gpu, self._interval, self._note = host, gpu, interval, note
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._sums: dict[str, float] = {}
-        self._counts: dict[str, int] = {}
-        self._window = 0
-        self._start_io: IoCounters | None = None
-        self._end_io: IoCounters | None = None
-        self.samples_taken = 0
-        self.thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self.begin()
-            while not self._stop.wait(self._interval):
-                self.sample()
-        except Exception as exc:
-            self._note("thread", f"the sampling thread failed ({describe(exc)}) and stopped.")
-        finally:
-            if self._gpu is not None:
-                self._gpu.close()
-
-    def begin(self) -> None:
-        """Open the GPU library, prime the CPU counters, read the first byte counters."""
-        if self._gpu is not None:
-            self._gpu.open()
-        self._host.prime()
-        start = self._host.counters()
-        with self._lock:
-            self._start_io = start
-
-    def sample(self) -> None:
-        """Take one sample into the current window."""
-        values = self._host.gauges()
-        if self._gpu is not None:
-            for field, value in self._gpu.read().items():
-                values[f"system/gpu/{field}"] = value
-        io = self._host.counters()
-        with self._lock:
-            for key, value in values.items():
-                self._sums[key] = self._sums.get(key, 0.0) + value
-                self._counts[key] = self._counts.get(key, 0) + 1
-            self._end_io = io
-            self._window += 1
-            self.samples_taken += 1
-
-    def drain(self) -> dict[str, float]:
-        """The window's means and rates; empty when no sample was taken since the last drain."""
-        with self._lock:
-            if not self._window:
-                return {}
-            out = {key: total / self._counts[key] for key, total in self._sums.items()}
-            if self._start_io is not None and self._end_io is not None:
-                out.update(io_rates(self._start_io, self._end_io))
-            self._start_io = self._end_io
-            self._sums, self._counts, self._window = {}, {}, 0
-            return out
-
-    def stop(self, timeout: float) -> bool:
-        self._stop.set()
-        if self.thread.is_alive() and self.thread is not threading.current_thread():
-            self.thread.join(timeout)
-        return not self.thread.is_alive()
-
-
-def _visible_gpu(state: State) -> int:
-    """The ``cuda:N`` index this process trains on (LOCAL_RANK when it can't tell)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return dist.get_local_rank()
-    if state.device is not None:
-        try:
-            device = torch.device(state.device)
-        except (TypeError, RuntimeError, ValueError):
-            device = None
-        if device is not None and device.type == "cuda" and device.index is not None:
-            return int(device.index)
-    if torch.cuda.is_initialized():
-        return int(torch.cuda.current_device())
-    return dist.get_local_rank()
 
 
 class SystemMetricsMonitor(Callback):
@@ -295,10 +170,10 @@ class SystemMetricsMonitor(Callback):
         self._psutil = psutil
         self._gpu_candidates = self._load_gpu(gpu)
         self._gpu_off = False
-        self._notes = _Notes()
+        self._notes = Notes()
         #: How often each kind of failure happened (``gpu``, ``psutil-disk``, ``thread``, ...).
         self.failures = self._notes.counts
-        self._sampler: _Sampler | None = None
+        self._sampler: Sampler | None = None
 
     @staticmethod
     def _load_gpu(gpu: Any) -> list[tuple[str, GpuProbe | None, str | None]]:
@@ -334,13 +209,13 @@ class SystemMetricsMonitor(Callback):
         if self._gpu_candidates and not self._gpu_off:
             gpu = GpuSource(
                 self._gpu_candidates,
-                _visible_gpu(state),
+                visible_gpu(state),
                 self.gpu_index,
                 self._notes,
                 self._turn_gpu_off,
             )
-        sampler = _Sampler(
-            _probe(self._psutil, self._notes), gpu, self.sample_interval_s, self._notes
+        sampler = Sampler(
+            host_probe(self._psutil, self._notes), gpu, self.sample_interval_s, self._notes
         )
         try:
             sampler.thread.start()

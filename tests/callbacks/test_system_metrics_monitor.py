@@ -17,13 +17,11 @@ import pytest
 from obsbus import MissingExtraError, ObsbusWarning, Run
 from obsbus.callbacks import _gpu_probes
 from obsbus.callbacks._gpu_probes import AmdSmiProbe, NvmlProbe, import_quietly
+from obsbus.callbacks._system_sampler import Notes, Sampler, host_probe
 from obsbus.callbacks.system_metrics_monitor import (
     THREAD_NAME,
     IoCounters,
     SystemMetricsMonitor,
-    _Notes,
-    _probe,
-    _Sampler,
     across_ranks,
     io_rates,
 )
@@ -246,8 +244,8 @@ class FakePsutil:
 
 def test_a_window_reports_the_mean_of_its_samples_and_rates_over_it():
     fake, clock = FakePsutil(), [0.0]
-    notes = _Notes()
-    sampler = _Sampler(_probe(fake, notes, clock=lambda: clock[0]), None, 3600.0, notes)
+    notes = Notes()
+    sampler = Sampler(host_probe(fake, notes, clock=lambda: clock[0]), None, 3600.0, notes)
     sampler.begin()  # step 0 at t=0
     for step in (1, 2, 3):
         fake.step, clock[0] = step, float(step)
