@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from typing_extensions import override
 
-from obsbus._check import check_bool, check_instance, check_seconds
+from obsbus._check import check_bool, check_instance, check_seconds, did_you_mean
 from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
@@ -105,11 +105,15 @@ class TrackerDestination(LoggerDestination):
         #: The tracker's client (touch it from the writer thread only, once started).
         self.client = TrackerClient() if client is None else client
         self.log_interval = LogInterval(log_interval, f"{cls} log_interval", TimeUnit.BATCH)
+        # Every wrong value is a ValueError here, of any type (as it always was): no _check
+        # helper takes "an int or one of these strs".
         if logging_rank != "last" and (
             isinstance(logging_rank, bool) or not isinstance(logging_rank, int) or logging_rank < 0
         ):
+            given: object = logging_rank  # what a caller passed, not what the annotation says
+            hint = did_you_mean(given, ["last"]) if isinstance(given, str) else ""
             raise ValueError(
-                f"{cls} logging_rank must be a rank >= 0 or 'last', got {logging_rank!r}."
+                f"{cls} logging_rank must be a rank >= 0 or 'last', got {logging_rank!r}.{hint}"
             )
         # nan or inf would make close wait forever on a hung client (nan compares false).
         self.close_timeout = check_seconds(cls, "close_timeout", close_timeout)

@@ -204,3 +204,13 @@ def test_a_default_of_the_class_wins_and_a_subclass_keeps_its_own_signature():
 def test_a_default_for_no_option_is_a_mistake_found_at_once():
     with pytest.raises(ValueError, match=r"\['gamma'\] are not options"):
         shares_options(_Base.__init__, _Options, gamma=3)
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [("Last", r"got 'Last'\. Did you mean 'last'\?$"), (-1, r"got -1\.$"), (1.5, r"got 1\.5\.$")],
+)
+def test_a_wrong_logging_rank_is_a_value_error_with_a_hint(value, match):
+    with pytest.raises(ValueError, match=r"TrackerDestination logging_rank must be a rank >= 0 "
+                       r"or 'last', " + match):  # fmt: skip
+        TrackerDestination(logging_rank=value)
