@@ -28,7 +28,6 @@ Names containing loss, error, perplexity or ppl are better when lower
 
 from __future__ import annotations
 
-import math
 import operator
 import sys
 from collections.abc import Callable
@@ -44,7 +43,6 @@ if TYPE_CHECKING:
 __all__ = [
     "Comparison",
     "MetricRef",
-    "check_number",
     "lower_is_better",
     "read_metric",
     "resolve_comp",
@@ -253,16 +251,3 @@ def unevaluated_label(state: State, ref: MetricRef, owner: str) -> str | None:
         f"dataloader_label {ref.label!r}, so this stopper has nothing to check and will not "
         f"stop training. To fix, pass dataloader_label=<one of those>."
     )
-
-
-def check_number(value: Any, what: str, *, minimum: float | None = None) -> float:
-    """``value`` as a finite float (``>= minimum``), or a ``ValueError`` quoting it."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or (minimum is not None and value < minimum)
-    ):
-        bound = "" if minimum is None else f" >= {minimum:g}"
-        raise ValueError(f"{what} must be a finite number{bound}, got {value!r}.")
-    return float(value)

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from typing import Any
 
 from typing_extensions import override
 
-from obsbus.callback import Callback
-from obsbus.callbacks._metric_lookup import (
-    MetricRef,
-    check_number,
-    read_metric,
-    resolve_comp,
-    unevaluated_label,
-)
-from obsbus.errors import ObsbusWarning
+from obsbus._check import check_number, type_as_value_error
+from obsbus.callbacks._metric_lookup import MetricRef, read_metric, resolve_comp
+from obsbus.callbacks._metric_stopper import MetricStopper
 from obsbus.logger import Logger
 from obsbus.state import State
 from obsbus.time import Time, TimeLike, TimeUnit
@@ -54,7 +47,7 @@ def _check_patience(value: Any) -> Time:
     return Time(int(patience.value), patience.unit)
 
 
-class EarlyStopper(Callback):
+class EarlyStopper(MetricStopper):
     """Stops training when ``monitor`` has not improved for more than ``patience``.
 
     Composer's API and rule: the first check sets the best value; a later
@@ -123,6 +116,8 @@ class EarlyStopper(Callback):
         ValueError: EarlyStopper patience '10sp' is not accepted: use a whole number of epochs ...
     """
 
+    _name = "EarlyStopper"
+
     def __init__(
         self,
         monitor: str = "loss",
@@ -135,15 +130,13 @@ class EarlyStopper(Callback):
         self.monitor = self.ref.name
         self.dataloader_label = self.ref.label
         self.comp = resolve_comp(comp, self.ref.name, "EarlyStopper")
-        self.min_delta = check_number(min_delta, "EarlyStopper min_delta", minimum=0.0)
+        with type_as_value_error():  # a wrong type here has always been a ValueError
+            self.min_delta = float(check_number("EarlyStopper", "min_delta", min_delta, minimum=0))
         self.patience = _check_patience(patience)
         self.best: float | None = None
         # Epoch and batch counts at the last improvement (or the first check).
         self.best_at: tuple[int, int] | None = None
         self._warned_label = False
-
-    def _owner(self) -> str:
-        return f"EarlyStopper(monitor={self.monitor!r}, dataloader_label={self.dataloader_label!r})"
 
     def _improves(self, value: float) -> bool:
         if math.isnan(value):
@@ -179,20 +172,6 @@ class EarlyStopper(Callback):
                 self.patience,
             )
             state.stop_training()
-
-    @override
-    def eval_end(self, state: State, logger: Logger) -> None:
-        if not self.ref.is_train and state.dataloader_label == self.ref.label:
-            self._check(state)
-
-    @override
-    def eval_after_all(self, state: State, logger: Logger) -> None:
-        if self.ref.is_train or self._warned_label:
-            return
-        message = unevaluated_label(state, self.ref, self._owner())
-        if message is not None:
-            self._warned_label = True
-            warnings.warn(message, ObsbusWarning, stacklevel=2)
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:

@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Any
 
 from typing_extensions import override
 
-from obsbus.callback import Callback
-from obsbus.callbacks._metric_lookup import (
-    MetricRef,
-    check_number,
-    read_metric,
-    resolve_comp,
-    unevaluated_label,
-)
-from obsbus.errors import ObsbusWarning
+from obsbus._check import check_bool, check_number, type_as_value_error
+from obsbus.callbacks._metric_lookup import MetricRef, read_metric, resolve_comp
+from obsbus.callbacks._metric_stopper import MetricStopper
 from obsbus.logger import Logger
 from obsbus.state import State
 
@@ -25,7 +18,7 @@ __all__ = ["ThresholdStopper"]
 log = logging.getLogger("obsbus")
 
 
-class ThresholdStopper(Callback):
+class ThresholdStopper(MetricStopper):
     """Stops training once ``comp(metric, threshold)`` holds: a loss low or an accuracy high enough.
 
     ``comp`` defaults as in :class:`~obsbus.callbacks.EarlyStopper`: names
@@ -70,8 +63,10 @@ class ThresholdStopper(Callback):
         >>> ThresholdStopper("accuracy", "eval", threshold="0.9")
         Traceback (most recent call last):
         ...
-        ValueError: ThresholdStopper threshold must be a finite number, got '0.9'.
+        ValueError: ThresholdStopper threshold must be a finite number, got '0.9'. To fix, ...
     """
+
+    _name = "ThresholdStopper"
 
     def __init__(
         self,
@@ -84,20 +79,11 @@ class ThresholdStopper(Callback):
         self.ref = MetricRef.parse(monitor, dataloader_label, "ThresholdStopper", None)
         self.monitor = self.ref.name
         self.dataloader_label = self.ref.label
-        self.threshold = check_number(threshold, "ThresholdStopper threshold")
+        with type_as_value_error():  # a wrong type here has always been a ValueError
+            self.threshold = float(check_number("ThresholdStopper", "threshold", threshold))
         self.comp = resolve_comp(comp, self.ref.name, "ThresholdStopper")
-        if not isinstance(stop_on_batch, bool):
-            raise TypeError(
-                f"ThresholdStopper stop_on_batch must be True or False, got {stop_on_batch!r}."
-            )
-        self.stop_on_batch = stop_on_batch
+        self.stop_on_batch = check_bool("ThresholdStopper", "stop_on_batch", stop_on_batch)
         self._warned_label = False
-
-    def _owner(self) -> str:
-        return (
-            f"ThresholdStopper(monitor={self.monitor!r}, "
-            f"dataloader_label={self.dataloader_label!r})"
-        )
 
     def _check(self, state: State) -> None:
         value = read_metric(state, self.ref, self._owner())
@@ -111,20 +97,6 @@ class ThresholdStopper(Callback):
                 self.threshold,
             )
             state.stop_training()
-
-    @override
-    def eval_end(self, state: State, logger: Logger) -> None:
-        if not self.ref.is_train and state.dataloader_label == self.ref.label:
-            self._check(state)
-
-    @override
-    def eval_after_all(self, state: State, logger: Logger) -> None:
-        if self.ref.is_train or self._warned_label:
-            return
-        message = unevaluated_label(state, self.ref, self._owner())
-        if message is not None:
-            self._warned_label = True
-            warnings.warn(message, ObsbusWarning, stacklevel=2)
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
