@@ -17,7 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 from obsbus._check import check_bool, check_folder, check_folder_at_init, check_int
+from obsbus.callback import Callback
 from obsbus.callbacks._run_files import atomic_write, remote_name
 from obsbus.errors import ObsbusWarning
 from obsbus.naming import check_placeholders
@@ -235,3 +238,33 @@ class CudaCheck:
                     stacklevel=2,
                 )
         return self.enabled
+
+
+class SnapshotRecorder(Callback):
+    """A callback that records the CUDA allocator's history and writes snapshots of it.
+
+    What :class:`~obsbus.callbacks.MemorySnapshot` and
+    :class:`~obsbus.callbacks.OOMObserver` share: the checked settings, the
+    files, the history (shared by every recorder of the process), the one
+    CUDA check, and the folder checked at ``init``.
+    """
+
+    def __init__(
+        self,
+        owner: str,
+        max_entries: object,
+        stacks: object,
+        files: tuple[str, str, bool, bool],
+    ) -> None:
+        self.max_entries = check_max_entries(owner, max_entries)
+        self.stacks = check_stacks(owner, stacks)
+        self.files = SnapshotFiles(owner, *files)
+        self._history: MemoryHistory = CUDA_HISTORY
+        self._cuda = CudaCheck(owner)
+        #: The files written so far, in order (for tools and tests).
+        self.written: list[Path] = []
+
+    @override
+    def init(self, state: State, logger: Logger) -> None:
+        self.files.check_folder(state, logger)
+        self._cuda(self._history, state)

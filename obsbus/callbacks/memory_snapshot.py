@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from typing_extensions import override
 
 from obsbus._check import check_int
-from obsbus.callback import Callback
 from obsbus.callbacks._cuda_memory import (
-    CUDA_HISTORY,
     SNAPSHOT_FOLDER,
-    CudaCheck,
-    MemoryHistory,
-    SnapshotFiles,
-    check_max_entries,
-    check_stacks,
+    SnapshotRecorder,
 )
 from obsbus.logger import Logger
 from obsbus.state import State
@@ -27,7 +20,7 @@ __all__ = ["MemorySnapshot"]
 log = logging.getLogger("obsbus")
 
 
-class MemorySnapshot(Callback):
+class MemorySnapshot(SnapshotRecorder):
     """Records every CUDA allocation over a window of batches, then writes the memory timeline.
 
     Composer's ``MemorySnapshot``: after ``skip_batches`` batches (warm-up,
@@ -109,20 +102,9 @@ class MemorySnapshot(Callback):
             )
         self.skip_batches = skip_batches
         self.interval = window
-        self.max_entries = check_max_entries("MemorySnapshot", max_entries)
-        self.stacks = check_stacks("MemorySnapshot", stacks)
-        self.files = SnapshotFiles("MemorySnapshot", folder, filename, html, upload)
-        self._history: MemoryHistory = CUDA_HISTORY
-        self._cuda = CudaCheck("MemorySnapshot")
+        super().__init__("MemorySnapshot", max_entries, stacks, (folder, filename, html, upload))
         self._started_after: int | None = None  # batches completed when recording began
         self._done = False
-        #: The files written so far (for tools and tests).
-        self.written: list[Path] = []
-
-    @override
-    def init(self, state: State, logger: Logger) -> None:
-        self.files.check_folder(state, logger)
-        self._cuda(self._history, state)
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:

@@ -8,15 +8,9 @@ from typing import Any
 
 from typing_extensions import override
 
-from obsbus.callback import Callback
 from obsbus.callbacks._cuda_memory import (
-    CUDA_HISTORY,
     SNAPSHOT_FOLDER,
-    CudaCheck,
-    MemoryHistory,
-    SnapshotFiles,
-    check_max_entries,
-    check_stacks,
+    SnapshotRecorder,
     find_oom,
 )
 from obsbus.logger import Logger
@@ -28,7 +22,7 @@ log = logging.getLogger("obsbus")
 GB = 1e9
 
 
-class OOMObserver(Callback):
+class OOMObserver(SnapshotRecorder):
     """Records the CUDA allocator's history and, on out-of-memory, writes what it saw.
 
     From ``fit_start`` to ``close`` the caching allocator records its last
@@ -99,22 +93,11 @@ class OOMObserver(Callback):
         html: bool = True,
         upload: bool = True,
     ) -> None:
-        self.max_entries = check_max_entries("OOMObserver", max_entries)
-        self.stacks = check_stacks("OOMObserver", stacks)
-        self.files = SnapshotFiles("OOMObserver", folder, filename, html, upload)
-        self._history: MemoryHistory = CUDA_HISTORY
-        self._cuda = CudaCheck("OOMObserver")
+        super().__init__("OOMObserver", max_entries, stacks, (folder, filename, html, upload))
         self._state: State | None = None
         self._logger: Logger | None = None
         # What the allocator's observer captured, until it is written out.
         self._pending: tuple[Any, Path, str] | None = None
-        #: The files written so far, in order (for tools and tests).
-        self.written: list[Path] = []
-
-    @override
-    def init(self, state: State, logger: Logger) -> None:
-        self.files.check_folder(state, logger)
-        self._cuda(self._history, state)
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:
