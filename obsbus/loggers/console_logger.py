@@ -10,7 +10,8 @@ from typing_extensions import override
 
 from obsbus._check import check_bool, check_stream, is_number
 from obsbus.interval import LogInterval
-from obsbus.logger import Logger, LoggerDestination
+from obsbus.logger import Logger
+from obsbus.loggers._text_destination import TextDestination
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
 from obsbus.values import from_numpy, to_host
@@ -45,7 +46,7 @@ def format_value(value: Any) -> str:
     return f"{value:.3e}"
 
 
-class ConsoleLogger(LoggerDestination):
+class ConsoleLogger(TextDestination):
     """Prints the latest metrics every ``log_interval``, on local rank 0, in Composer's format.
 
     Metrics logged between prints are held (as tensors, unsynced) and turned
@@ -92,12 +93,9 @@ class ConsoleLogger(LoggerDestination):
         self.log_interval = interval
         self.stream = check_stream("ConsoleLogger", "stream", stream)
         self.log_traces_enabled = check_bool("ConsoleLogger", "log_traces", log_traces)
-        self._state: State | None = None
+        super().__init__()
         self._pending: dict[str, Any] = {}
         self._held_for_train: dict[str, Any] | None = None  # train values held during an eval
-        self._hparams: dict[str, Any] = {}
-        self._hparams_printed = False
-        self._fitting = False
 
     def _enabled(self) -> bool:
         return self._state is None or self._state.local_rank == 0
@@ -110,20 +108,8 @@ class ConsoleLogger(LoggerDestination):
         stream.flush()
 
     @override
-    def init(self, state: State, logger: Logger) -> None:
-        self._state = state
-
-    @override
-    def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
-        self._hparams.update(hyperparameters)
-        if self._fitting:
-            self._print_hparams()
-
-    def _print_hparams(self) -> None:
-        if not self._hparams or self._hparams_printed:
-            return
-        self._hparams_printed = True
-        lines = [f"    {k}: {v}" for k, v in self._hparams.items()]
+    def _write_hparams(self, hparams: Mapping[str, Any]) -> None:
+        lines = [f"    {k}: {v}" for k, v in hparams.items()]
         self._write("Hyperparameters:\n" + "\n".join(lines))
 
     @override
@@ -163,11 +149,6 @@ class ConsoleLogger(LoggerDestination):
         self._block(self._progress(state), "Train ", pending)
 
     @override
-    def fit_start(self, state: State, logger: Logger) -> None:
-        self._fitting = True
-        self._print_hparams()
-
-    @override
     def batch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_batch_end(state):
             self._print_train(state)
@@ -198,7 +179,7 @@ class ConsoleLogger(LoggerDestination):
     @override
     def fit_end(self, state: State, logger: Logger) -> None:
         self._print_train(state)  # what is still held: nothing logged is dropped
-        self._fitting = False
+        super().fit_end(state, logger)
 
     @override
     def eval_standalone_end(self, state: State, logger: Logger) -> None:

@@ -10,7 +10,8 @@ from typing_extensions import override
 from obsbus._check import check_bool
 from obsbus.interval import LogInterval
 from obsbus.log import _level, get_logger
-from obsbus.logger import Logger, LoggerDestination
+from obsbus.logger import Logger
+from obsbus.loggers._text_destination import TextDestination
 from obsbus.loggers.console_logger import format_value
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
@@ -19,7 +20,7 @@ from obsbus.values import to_host
 __all__ = ["LoguruLogger"]
 
 
-class LoguruLogger(LoggerDestination):
+class LoguruLogger(TextDestination):
     """Logs the latest metrics every ``log_interval`` to loguru, on every rank.
 
     Set the log up with :func:`obsbus.log.setup_logging` and each rank's
@@ -72,12 +73,9 @@ class LoguruLogger(LoggerDestination):
         self.log_interval = interval
         self.level = _level(level, "LoguruLogger level")[0]
         self.log_traces_enabled = check_bool("LoguruLogger", "log_traces", log_traces)
-        self._state: State | None = None
+        super().__init__()
         self._pending: dict[str, Any] = {}
         self._step: int | None = None
-        self._hparams: dict[str, Any] = {}
-        self._hparams_written = False
-        self._fitting = False
 
     def _emit(self, text: str, **extra: Any) -> None:
         get_logger().bind(**extra).log(self.level, text)
@@ -92,12 +90,10 @@ class LoguruLogger(LoggerDestination):
             held, self._pending = self._pending, {}
             self._write(prefix, held)
 
-    def _write_hparams(self) -> None:
-        if not self._hparams or self._hparams_written:
-            return
-        self._hparams_written = True
-        pairs = " ".join(f"{key}={value}" for key, value in self._hparams.items())
-        self._emit(f"Hyperparameters: {pairs}", hyperparameters=dict(self._hparams))
+    @override
+    def _write_hparams(self, hparams: Mapping[str, Any]) -> None:
+        pairs = " ".join(f"{key}={value}" for key, value in hparams.items())
+        self._emit(f"Hyperparameters: {pairs}", hyperparameters=dict(hparams))
 
     def _prefix(self) -> str:
         if self._state is None:
@@ -106,16 +102,6 @@ class LoguruLogger(LoggerDestination):
         total = self._state.dataloader_len
         batch = f"{ts.batch_in_epoch.value}" + (f"/{total.value}" if total is not None else "")
         return f"[epoch={ts.epoch.value + 1}][batch={batch}]"
-
-    @override
-    def init(self, state: State, logger: Logger) -> None:
-        self._state = state
-
-    @override
-    def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
-        self._hparams.update(hyperparameters)
-        if self._fitting:
-            self._write_hparams()
 
     @override
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
@@ -127,11 +113,6 @@ class LoguruLogger(LoggerDestination):
         if self.log_traces_enabled and traces:
             pairs = " ".join(f"{key}={value}" for key, value in traces.items())
             self._emit(f"Traces: {pairs}", traces=dict(traces))
-
-    @override
-    def fit_start(self, state: State, logger: Logger) -> None:
-        self._fitting = True
-        self._write_hparams()
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:
@@ -154,7 +135,7 @@ class LoguruLogger(LoggerDestination):
     @override
     def fit_end(self, state: State, logger: Logger) -> None:
         self._write_pending(f"[fit end][batch={state.timestamp.batch.value}]")
-        self._fitting = False
+        super().fit_end(state, logger)
 
     @override
     def eval_standalone_end(self, state: State, logger: Logger) -> None:
