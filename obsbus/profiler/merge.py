@@ -29,19 +29,18 @@ they line up; when they do, ``ts`` is kept and the output carries that base.
 
 from __future__ import annotations
 
-import contextlib
-import gzip
 import json
 import math
 import os
 import re
 import warnings
-import zlib
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import count
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
+
+from obsbus.profiler._trace_io import read_trace, write_trace
 
 __all__ = ["merge_traces"]
 
@@ -143,7 +142,7 @@ def merge_traces(
         "ranks": per_rank,
     }
     if output is not None:
-        _write(trace, Path(output))
+        write_trace(trace, Path(output))
     return trace
 
 
@@ -153,7 +152,7 @@ class _Input:
     def __init__(self, item: TraceInput, index: int) -> None:
         if isinstance(item, str | os.PathLike):
             self.label = os.fspath(item)
-            doc = _parse(Path(item).read_bytes(), self.label)
+            doc = read_trace(Path(item).read_bytes(), self.label)
         elif isinstance(item, Mapping | list):
             self.label, doc = f"<input {index}>", item
         else:
@@ -313,102 +312,6 @@ def _assign_ranks(inputs: list[_Input], combine_same_rank: bool) -> None:
     free = (r for r in count() if r not in claims)
     for src in inputs:
         src.rank = src.claim if src.claim is not None else next(free)
-
-
-def _parse(raw: bytes, label: str) -> Any:
-    if raw[:2] == b"\x1f\x8b":
-        raw = _gunzip(raw, label)
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{label} is not a JSON trace: not UTF-8 text ({err}).") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        if text.lstrip().startswith("["):
-            return _parse_open_array(text, label, err)
-        raise ValueError(f"{label} is not valid JSON: {err}.") from None
-
-
-def _gunzip(raw: bytes, label: str) -> bytes:
-    parts = []
-    while raw[:2] == b"\x1f\x8b":  # a .gz may hold several members
-        stream = zlib.decompressobj(wbits=31)
-        try:
-            parts.append(stream.decompress(raw))
-        except zlib.error as err:
-            raise ValueError(f"{label} looks gzip-compressed but can not be read: {err}.") from None
-        if not stream.eof:
-            warnings.warn(
-                f"{label}: the gzip stream is cut short; reading what was written.",
-                UserWarning,
-                stacklevel=5,
-            )
-            break
-        raw = stream.unused_data
-    return b"".join(parts)
-
-
-def _parse_open_array(text: str, label: str, first_error: json.JSONDecodeError) -> list[Any]:
-    """Read an array of events whose closing ``]`` (and maybe last event) is missing."""
-    decoder, events = json.JSONDecoder(), list[Any]()
-    pos, end = text.index("[") + 1, len(text.rstrip())
-    while True:
-        while pos < end and text[pos].isspace():
-            pos += 1
-        if pos >= end:
-            return events  # no closing bracket, which the format allows
-        if text[pos] == "]":
-            if text[pos + 1 :].strip():
-                raise ValueError(f"{label} is not valid JSON: {first_error}.")
-            return events
-        try:
-            event, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as err:
-            # Torn, not malformed: the writer stopped before closing this event.
-            if err.msg.startswith("Unterminated string") or "}" not in text[err.pos : end]:
-                warnings.warn(
-                    f"{label}: dropped an incomplete last event (from char {pos}).",
-                    UserWarning,
-                    stacklevel=5,
-                )
-                return events
-            raise ValueError(f"{label} is not valid JSON: {err}.") from None
-        events.append(event)
-        while pos < end and text[pos].isspace():
-            pos += 1
-        if pos < end and text[pos] == ",":
-            pos += 1
-        elif pos < end and text[pos] != "]":
-            raise ValueError(f"{label} is not valid JSON: {first_error}.")
-
-
-def _write(trace: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    try:
-        with open(tmp, "xb") as raw:
-            if path.name.endswith(".gz"):
-                with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as packed:
-                    _dump(trace, packed)
-            else:
-                _dump(trace, raw)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _dump(trace: dict[str, Any], out: BinaryIO | gzip.GzipFile) -> None:
-    # One event per line: readable, and a reader can recover all but a torn last line.
-    out.write(b'{"traceEvents": [\n')
-    for i, event in enumerate(trace["traceEvents"]):
-        out.write((",\n" if i else "").encode() + json.dumps(event).encode())
-    rest = json.dumps({k: v for k, v in trace.items() if k != "traceEvents"})
-    out.write(b"\n], " + rest[1:].encode() + b"\n")
 
 
 def _meta(kind: str, pid: int, tid: Any, **args: Any) -> dict[str, Any]:

@@ -433,13 +433,13 @@ def test_output_is_written_atomically(tmp_path, two_ranks, monkeypatch):
     assert json.loads(out.read_text()) == merged
     assert sorted(p.name for p in out.parent.iterdir()) == ["merged.json"]
 
-    import obsbus.profiler.merge as merge
+    from obsbus.profiler import _trace_io
 
     def fail(trace, stream):
         stream.write(b'{"traceEvents": [')
         raise OSError("disk full")
 
-    monkeypatch.setattr(merge, "_dump", fail)
+    monkeypatch.setattr(_trace_io, "_dump", fail)
     with pytest.raises(OSError, match="disk full"):
         merge_traces(two_ranks, out)
     assert json.loads(out.read_text()) == merged  # the old file is whole, no temp file is left
@@ -480,23 +480,23 @@ def test_a_real_torch_profiler_trace_merges(tmp_path):
     )
 
 
-def test_merge_imports_only_the_standard_library():
+@pytest.mark.parametrize(
+    ("module", "own"),
+    [("obsbus.profiler.merge", {"obsbus.profiler._trace_io"}), ("obsbus.profiler._trace_io", set())],
+    ids=["merge", "trace_io"],
+)
+def test_merge_imports_only_the_standard_library(module, own):
     import ast
+    import importlib
 
-    import obsbus.profiler.merge as merge
-
-    tree = ast.parse(Path(merge.__file__).read_text())
-    roots = {
-        alias.name.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
+    tree = ast.parse(Path(importlib.import_module(module).__file__).read_text())
+    names = {
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
     }
-    roots |= {
-        node.module.split(".")[0]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module
-    }
+    names |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    obsbus_names = {name for name in names if name.split(".")[0] == "obsbus"}
+    assert obsbus_names == own  # its trace file reader/writer, itself standard library only
+    roots = {name.split(".")[0] for name in names - obsbus_names}
     assert roots and roots <= set(sys.stdlib_module_names)
     code = "import sys, obsbus.profiler.merge; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
