@@ -70,8 +70,15 @@ DIST_PREFIXES = (
 _NVIDIA_FIELDS = ("index", "name", "driver_version", "memory.total", "pci.bus_id")
 
 
-def run_tool(argv: list[str], timeout: float = TOOL_TIMEOUT_S) -> tuple[str | None, str | None]:
-    """``(stdout, None)`` when ``argv`` exits 0, else ``(None, why)``; never raises."""
+def run_tool(
+    argv: list[str], timeout: float = TOOL_TIMEOUT_S, *, name: str | None = None
+) -> tuple[str | None, str | None]:
+    """``(stdout, None)`` when ``argv`` exits 0, else ``(None, why)``; never raises.
+
+    ``why`` names the tool as ``name`` (default: ``argv[0]``) and ends with the
+    last line it printed.
+    """
+    name = name or argv[0]
     try:
         done = subprocess.run(
             argv,
@@ -82,12 +89,12 @@ def run_tool(argv: list[str], timeout: float = TOOL_TIMEOUT_S) -> tuple[str | No
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return None, f"{argv[0]} did not answer within {timeout:g} s"
+        return None, f"{name} did not answer within {timeout:g} s"
     except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"{argv[0]} could not run: {exc}"
+        return None, f"{name} could not run: {exc}"
     if done.returncode != 0:
         err = (done.stderr or done.stdout).strip().splitlines()
-        return None, f"{argv[0]} exited with status {done.returncode}: {(err or [''])[-1][:200]}"
+        return None, f"{name} exited with status {done.returncode}: {(err or [''])[-1][:200]}"
     return done.stdout, None
 
 

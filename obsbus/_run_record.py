@@ -53,13 +53,13 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from obsbus._collect_env_probes import run_tool
 from obsbus._init_args import init_args
 from obsbus.errors import ObsbusWarning
 from obsbus.masking import mask_argv, mask_secrets, mask_value
@@ -163,25 +163,12 @@ def run_record(state: Any) -> dict[str, Any]:
 
 
 def _git(where: str, exe: str, args: list[str]) -> tuple[str | None, str]:
-    try:
-        done = subprocess.run(
-            [exe, "-C", where, *args],
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        return None, f"git {args[0]} took longer than {GIT_TIMEOUT_S:g} s"
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, f"git could not run: {exc}"
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [""])[-1]
-        if "not a git repository" in last.lower():
+    out, why = run_tool([exe, "-C", where, *args], GIT_TIMEOUT_S, name=f"git {args[0]}")
+    if out is None:
+        if "not a git repository" in (why or "").lower():
             return None, f"{where} is not in a git repository"
-        return None, f"git {args[0]} exited with status {done.returncode}: {last[:200]}"
-    return done.stdout.strip(), ""
+        return None, why or ""
+    return out.strip(), ""
 
 
 def git_record(cwd: str | os.PathLike[str] | None = None) -> dict[str, Any]:

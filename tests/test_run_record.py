@@ -224,7 +224,7 @@ def test_a_hanging_git_times_out(tmp_path, monkeypatch):
     monkeypatch.setattr(_run_record, "GIT_TIMEOUT_S", 0.5)
     _train("hanging-git")
     assert _read(Path("hanging-git"), "git.json") == {
-        "available": False, "reason": "git rev-parse took longer than 0.5 s"}  # fmt: skip
+        "available": False, "reason": "git rev-parse did not answer within 0.5 s"}  # fmt: skip
 
 
 def test_no_gpu_tool_runs_at_run_start(tmp_path, monkeypatch):
