@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from itertools import count
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from obsbus.profiler._trace_io import read_trace, write_trace
 
@@ -224,11 +224,7 @@ class _Input:
         if clock is None:
             return None
         value = _args(clock).get("offset_us")
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
+        if not _is_number(value) or not math.isfinite(value):
             raise ValueError(
                 f"{self.label}: obsbus_clock offset_us is {value!r}; "
                 "expected a finite number of microseconds."
@@ -353,7 +349,7 @@ def _key(value: Any) -> Any:
     return value if value is None or isinstance(value, int | float | str) else json.dumps(value)
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -7,6 +7,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from obsbus._check import is_int
 from obsbus.report._read import RankData, RunData
 
 __all__ = ["Summary", "rank_status", "started", "summarize"]
@@ -68,7 +69,7 @@ def _timestamp(data: RunData, name: str) -> int | None:
         for r in data.ranks.values()
         if r.status and isinstance(r.status.get("timestamp"), dict)
     ]
-    numbers = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    numbers = [v for v in values if is_int(v)]
     return max(numbers) if numbers else None
 
 
