@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sys
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from typing_extensions import override
 
 from obsbus._check import check_bool, check_optional_bool, check_seconds, check_stream
 from obsbus.logger import Logger, LoggerDestination
+from obsbus.loggers._progress_bars import Bar, LiveBar, PlainBar, isatty
 from obsbus.loggers.console_logger import format_value
 from obsbus.state import State
 from obsbus.time import TimeUnit
 from obsbus.values import to_host
 
-if TYPE_CHECKING:
-    from tqdm import tqdm
-
 __all__ = ["ProgressBarLogger"]
 
 _DEFAULT_KEYS = ("loss/train/total", "loss/", "metrics/")
 _MAX_SHOWN = 4  # a terminal line has room for a handful of values next to the bar
-_LINE_STEPS = 10  # plain lines: one at every 10% of the total ...
-_LINE_SECONDS = 60.0  # ... and one at least every minute, so a log shows signs of life
+_LINE_STEPS = 10  # plain lines: one at every 10% of the total (and one a minute)
 _UNITS = {  # what the train bar counts, per max_duration unit: (label, SI-scale the counts)
     TimeUnit.BATCH: ("ba", False),
     TimeUnit.EPOCH: ("ep", False),
@@ -35,7 +30,6 @@ _UNITS = {  # what the train bar counts, per max_duration unit: (label, SI-scale
     TimeUnit.TOKEN: ("tok", True),
     TimeUnit.SECOND: ("s", False),
 }
-_clock = time.monotonic
 
 
 def _short_key(key: str) -> str:
@@ -50,115 +44,6 @@ def _short_key(key: str) -> str:
     if parts[0] == "metrics":
         parts = parts[1:]
     return "/".join(p for p in parts if p not in ("train", "total")) or key
-
-
-def _isatty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream
-        return False
-
-
-class _LiveBar:
-    """A tqdm bar; its postfix is refreshed at most every ``interval`` seconds."""
-
-    def __init__(self, stream: TextIO, interval: float, **kwargs: Any) -> None:
-        import tqdm as tqdm_module
-
-        # disable=False: TQDM_DISABLE is honoured by the logger itself, at run time.
-        self.bar: tqdm[Any] = tqdm_module.tqdm(
-            file=stream, dynamic_ncols=True, disable=False, **kwargs
-        )
-        self._interval = interval
-        self._last_postfix = _clock()
-
-    def postfix_due(self, n: float) -> bool:
-        return _clock() - self._last_postfix >= self._interval
-
-    def set_postfix(self, text: str) -> None:
-        self.bar.set_postfix_str(text, refresh=False)
-        self._last_postfix = _clock()
-
-    def set_description(self, text: str) -> None:
-        self.bar.set_description_str(text, refresh=False)
-
-    def update_to(self, n: float) -> None:
-        if n > self.bar.n:
-            self.bar.update(n - self.bar.n)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-class _PlainBar:
-    """Whole lines for streams that are not terminals: at each ``1/steps`` of the total
-    (never with ``steps=0``), at least every minute, and at close."""
-
-    def __init__(
-        self,
-        stream: TextIO,
-        *,
-        desc: str,
-        total: float | None,
-        initial: float,
-        unit: str,
-        unit_scale: bool,
-        steps: int,
-    ) -> None:
-        self._stream, self._desc, self._total = stream, desc, total
-        self._unit, self._unit_scale, self._steps = unit, unit_scale, steps
-        self.n = self._initial = initial
-        self._postfix = ""
-        self._printed: tuple[float, str] | None = None  # (n, postfix) of the last line
-        self._start = self._last_line = _clock()
-        self._next = self._step_after(initial)
-
-    def _step_after(self, n: float) -> float:
-        if not self._steps or not self._total:
-            return math.inf
-        return (math.floor(n * self._steps / self._total) + 1) * self._total / self._steps
-
-    def postfix_due(self, n: float) -> bool:
-        return n >= self._next or _clock() - self._last_line >= _LINE_SECONDS
-
-    def set_postfix(self, text: str) -> None:
-        self._postfix = text
-
-    def set_description(self, text: str) -> None:
-        self._desc = text
-
-    def update_to(self, n: float) -> None:
-        due = self.postfix_due(n)
-        self.n = n
-        if due:
-            self._print()
-
-    def _print(self) -> None:
-        import tqdm as tqdm_module
-
-        now = _clock()
-        line = tqdm_module.tqdm.format_meter(
-            self.n,
-            self._total or 0,  # 0 reads as "no total", as None does (the stubs want a number)
-            now - self._start,
-            ncols=0,  # the numbers, no bar
-            prefix=self._desc,
-            unit=self._unit,
-            unit_scale=self._unit_scale,
-            postfix=self._postfix or None,
-            initial=self._initial,
-        )
-        self._stream.write(line + "\n")
-        self._stream.flush()
-        self._printed, self._last_line = (self.n, self._postfix), now
-        self._next = self._step_after(self.n)
-
-    def close(self) -> None:
-        if self._printed != (self.n, self._postfix):
-            self._print()
-
-
-_Bar = _LiveBar | _PlainBar
 
 
 class ProgressBarLogger(LoggerDestination):
@@ -267,9 +152,9 @@ class ProgressBarLogger(LoggerDestination):
         self.postfix_keys: tuple[str, ...] = tuple(keys)
         self.live = live
         self._on = True
-        self._train: _Bar | None = None
+        self._train: Bar | None = None
         self._train_due = False
-        self._eval: _Bar | None = None
+        self._eval: Bar | None = None
         self._eval_n = 0
         self._per_epoch: int | None = None  # batches per epoch when epochs are shown as batches
         self._rank: dict[str, int] = {}  # key -> index of the postfix_keys entry it matches, or -1
@@ -283,14 +168,14 @@ class ProgressBarLogger(LoggerDestination):
         flag = os.environ.get("TQDM_DISABLE", "").strip().lower()
         return state.local_rank == 0 and flag in ("", "0", "false", "no", "off")
 
-    def _open(self, nested: bool, leave: bool, steps: int, **kwargs: Any) -> _Bar:
+    def _open(self, nested: bool, leave: bool, steps: int, **kwargs: Any) -> Bar:
         stream = getattr(sys, self.stream) if isinstance(self.stream, str) else self.stream
-        live = self.live if self.live is not None else _isatty(stream)
+        live = self.live if self.live is not None else isatty(stream)
         if live:
-            return _LiveBar(
+            return LiveBar(
                 stream, self.postfix_interval, position=1 if nested else 0, leave=leave, **kwargs
             )
-        return _PlainBar(stream, steps=steps, **kwargs)
+        return PlainBar(stream, steps=steps, **kwargs)
 
     def _progress(self, state: State) -> float:
         ts, unit = state.timestamp, self._unit(state)
@@ -332,7 +217,7 @@ class ProgressBarLogger(LoggerDestination):
             unit_scale=scale,
         )
 
-    def _ensure_train(self, state: State) -> _Bar | None:
+    def _ensure_train(self, state: State) -> Bar | None:
         if self._train is None and self._train_due:
             self._open_train(state)
         return self._train

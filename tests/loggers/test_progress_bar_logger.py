@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 import tqdm
 
+import obsbus.loggers._progress_bars as bars
 import obsbus.loggers.progress_bar_logger as pbl
 from obsbus import Callback, Engine, Event, Logger, Run, State, Timestamp, Trainer
 from obsbus.loggers.console_logger import format_value
@@ -76,7 +77,7 @@ def conversions(monkeypatch):
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
-    monkeypatch.setattr(pbl, "_clock", fake)
+    monkeypatch.setattr(bars, "_clock", fake)  # the clock the bars read
     return fake
 
 
