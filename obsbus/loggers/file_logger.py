@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import io
-import json
-import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -19,6 +15,7 @@ from obsbus._check import check_bool, check_int, is_int
 from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_over
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
+from obsbus.loggers._json_lines import drop_torn_tail, encode_table, json_line
 from obsbus.loggers._remote_folder import (
     RemoteFiles,
     check_remote_name,
@@ -26,6 +23,7 @@ from obsbus.loggers._remote_folder import (
     is_uri,
     join,
 )
+from obsbus.loggers._stream_tee import tee_into, untee
 from obsbus.loggers._tracker_media import hold_table, table_rows
 from obsbus.loggers.console_logger import format_value
 from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
@@ -36,37 +34,6 @@ from obsbus.time import TimeLike, TimeUnit
 from obsbus.writer import BackgroundWriter, WritePeriod
 
 __all__ = ["FileLogger"]
-
-log = logging.getLogger("obsbus")
-
-
-class _Tee(io.TextIOBase):
-    """Passes writes through to the real stream and copies whole lines to the log."""
-
-    def __init__(self, owner: FileLogger, stream: TextIO, tag: str) -> None:
-        self._owner, self._stream, self._tag = owner, stream, tag
-        self._partial = ""
-
-    def write(self, text: str) -> int:
-        written = self._stream.write(text)
-        self._partial += text
-        if "\n" in self._partial:
-            *lines, self._partial = self._partial.split("\n")
-            self._owner._captured(self._tag, lines)
-        return written
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-    def isatty(self) -> bool:
-        return self._stream.isatty()
-
-    def fileno(self) -> int:
-        return self._stream.fileno()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return getattr(self._stream, "encoding", "utf-8")
 
 
 class FileLogger(LoggerDestination):
@@ -276,7 +243,7 @@ class FileLogger(LoggerDestination):
         for path in paths:
             path.parent.mkdir(parents=True, exist_ok=True)
             if self.resume:
-                _drop_torn_tail(path)
+                drop_torn_tail(path)
         opened: list[TextIO] = []
         try:
             for path in paths:
@@ -299,15 +266,11 @@ class FileLogger(LoggerDestination):
     def _install_capture(self) -> None:
         for tag, wanted in (("stdout", self.capture_stdout), ("stderr", self.capture_stderr)):
             if wanted and not any(t == tag for t, _ in self._tees):
-                original = getattr(sys, tag)
-                setattr(sys, tag, _Tee(self, original, tag))
-                self._tees.append((tag, original))
+                self._tees.append((tag, tee_into(tag, self, self._captured)))
 
     def _remove_capture(self) -> None:
         for tag, original in reversed(self._tees):
-            current = getattr(sys, tag)
-            if isinstance(current, _Tee) and current._owner is self:
-                setattr(sys, tag, original)
+            untee(tag, self, original)
         self._tees = []
 
     # ------------------------------------------------------------- logging
@@ -355,7 +318,7 @@ class FileLogger(LoggerDestination):
     def _write_table(
         self, columns: list[str], rows: list[list[Any]], pending: Any, name: str, step: int
     ) -> None:
-        table = _encode_table({"columns": columns, "data": table_rows(rows, pending)})
+        table = encode_table({"columns": columns, "data": table_rows(rows, pending)})
         self._write_text([f"[table][batch={step}]: {name}: {table}"])
 
     def _captured(self, tag: str, lines: list[str]) -> None:
@@ -482,7 +445,7 @@ class FileLogger(LoggerDestination):
                 f"[metric][batch={step}]: {k}: {format_value(v)}" for k, v in values.items()
             )
             row = {"step": step, "epoch": epoch, "batch": batch, "wall_time": round(wall, 6)}
-            rows.append(_json_line({**row, **values}))
+            rows.append(json_line({**row, **values}))
         self._write_text(text)
         if self._jsonl is not None and not self._jsonl.closed:
             self._jsonl.write("".join(r + "\n" for r in rows))
@@ -518,35 +481,6 @@ class FileLogger(LoggerDestination):
 #: deadline leaves less: :class:`obsbus._deadline.SharedDeadline`).
 _WAIT_S = 60.0
 
-#: ``json.dumps(obj, default=str)`` without an encoder built per call (5-key row: 15 -> 9 µs).
-#: NaN and ±inf stay Python's ``NaN``/``Infinity`` tokens (see the class docstring for why).
-_encode = json.JSONEncoder(default=str, check_circular=False, allow_nan=True).encode
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-#: A table as pandas' ``to_json(orient="split", index=False)`` writes it (Composer's lines).
-_encode_table = json.JSONEncoder(default=str, separators=(",", ":")).encode
-
-
-def _json_line(row: dict[str, Any]) -> str:
-    """One JSON Lines row; ints beyond int64 become floats, as pandas can't read them."""
-    for value in row.values():  # on the writer thread; a few type checks a row
-        kind = type(value)
-        if (kind is int and not _INT64_MIN <= value <= _INT64_MAX) or kind is list or kind is dict:
-            return _encode({key: _int64_safe(v) for key, v in row.items()})
-    return _encode(row)
-
-
-def _int64_safe(value: Any) -> Any:
-    if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
-        try:
-            return float(value)
-        except OverflowError:  # beyond the float range too: its digits, as text
-            return str(value)
-    if type(value) is list:
-        return [_int64_safe(v) for v in value]
-    if type(value) is dict:
-        return {key: _int64_safe(v) for key, v in value.items()}
-    return value
-
 
 def _buffer_message(value: object) -> str:
     return (
@@ -560,39 +494,6 @@ def _exists(path: Path) -> FileExistsError:
         f"FileLogger: {str(path)!r} already exists. To fix, pass resume=True to "
         "append to it (restarting a run), overwrite=True to replace it, or use "
         "another run name."
-    )
-
-
-def _drop_torn_tail(path: Path) -> None:
-    """Cut a last line the previous run did not finish (killed mid-write, disk full).
-
-    Appending after it would leave a corrupt line in the middle of the file.
-    """
-    if not path.is_file():
-        return
-    with open(path, "rb+") as f:
-        end = f.seek(0, os.SEEK_END)
-        if end == 0:
-            return
-        f.seek(end - 1)
-        if f.read(1) == b"\n":
-            return
-        keep = 0
-        pos = end
-        while pos > 0:  # back to the last whole line, a block at a time
-            start = max(pos - 65536, 0)
-            f.seek(start)
-            newline = f.read(pos - start).rfind(b"\n")
-            if newline >= 0:
-                keep = start + newline + 1
-                break
-            pos = start
-        f.truncate(keep)
-    log.warning(
-        "obsbus: FileLogger: the last line of %r was cut short (the previous run was killed "
-        "while writing it); its %d byte(s) are dropped before appending.",
-        str(path),
-        end - keep,
     )
 
 
