@@ -121,9 +121,7 @@ class RunReport(LoggerDestination):
     ) -> None:
         if importlib.util.find_spec("bokeh") is None:
             raise MissingExtraError("report", "RunReport")
-        if not isinstance(filename, str) or not filename:
-            raise TypeError(f"RunReport filename must be a non-empty str, got {filename!r}.")
-        self.filename = check_placeholders(filename, "RunReport filename")
+        self.filename = check_placeholders(filename, "RunReport filename")  # a non-empty str
         if remote_file_name is not None:
             if not isinstance(remote_file_name, str) or not remote_file_name.strip("/"):
                 raise TypeError(

@@ -142,12 +142,13 @@ def test_without_the_extra_construction_names_the_install(monkeypatch):
     ("kwargs", "error", "match"),
     [
         ({"filename": ""}, TypeError, "RunReport filename must be a non-empty str"),
+        ({"filename": 5}, TypeError, r"^RunReport filename must be a non-empty str, got 5\.$"),
         ({"filename": "{rnak}.html"}, ValueError, "unknown placeholder"),
         ({"remote_file_name": ""}, TypeError, "remote_file_name must be a non-empty str or None"),
         ({"buckets": 0}, ValueError, r"^RunReport buckets must be a whole number >= 1, got 0\.$"),
         ({"buckets": True}, ValueError, r"^RunReport buckets must be a whole number >= 1, got True\.$"),
     ],
-    ids=["empty-name", "bad-placeholder", "empty-remote", "no-buckets", "bool-buckets"],
+    ids=["empty-name", "int-name", "bad-placeholder", "empty-remote", "no-buckets", "bool-buckets"],
 )
 def test_bad_arguments_are_refused_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):
