@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from obsbus._check import check_bool, short
+from obsbus._check import check_bool, check_iterable_of, check_str, short
 from obsbus.profiler.profiler_action import ProfilerAction
 
 if TYPE_CHECKING:
@@ -49,18 +49,15 @@ def check_actions(owner: str, actions: object) -> frozenset[ProfilerAction]:
 
 def check_categories(owner: str, categories: object) -> tuple[str, ...]:
     """``categories`` as a tuple of str; ``None`` gives ``()``."""
-    if categories is None:
-        return ()
     accepted = "a list of str (e.g. ['dataloader']) or None"
-    if isinstance(categories, (str, bytes)) or not isinstance(categories, Iterable):
-        hint = f" To fix, pass [{categories!r}]." if isinstance(categories, str) else ""
-        raise TypeError(f"{owner} categories must be {accepted}, got {categories!r}.{hint}")
-    items = list(categories)
-    for item in items:
-        if not isinstance(item, str):
-            raise TypeError(
-                f"{owner} categories must be {accepted}, got {item!r} among {short(items)}."
-            )
+    if isinstance(categories, str):
+        raise TypeError(
+            f"{owner} categories must be {accepted}, got {categories!r}. "
+            f"To fix, pass [{categories!r}]."
+        )
+    items = check_iterable_of(
+        owner, "categories", categories, str, accepted=accepted, allow_none=True
+    )
     return tuple(items)
 
 
@@ -128,10 +125,7 @@ class Marker:
                 f"Marker profiler must be an obsbus.profiler.Profiler, got {profiler!r}. To fix, "
                 "make markers with profiler.marker(name), e.g. state.profiler.marker('my_span')."
             )
-        if not isinstance(name, str):
-            raise TypeError(f"Marker name must be a non-empty str, got {name!r}.")
-        if not name:
-            raise ValueError(f"Marker name must be a non-empty str, got {name!r}.")
+        check_str("Marker", "name", name)
         owner = f"Marker {name!r}"
         self._profiler = profiler
         self.name = name
