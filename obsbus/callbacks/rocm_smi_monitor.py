@@ -158,17 +158,14 @@ class RocmSmiMonitor(Callback):
                 f"RocmSmiMonitor executable must be a command name or path such as 'rocm-smi' "
                 f"or '/opt/rocm/bin/rocm-smi', got {executable!r}."
             )
-        json_output = check_bool("RocmSmiMonitor", "json_output", json_output)
-        gpu_use = check_bool("RocmSmiMonitor", "gpu_use", gpu_use)
-        reduce_across_ranks = check_bool(
+        self.json_output = check_bool("RocmSmiMonitor", "json_output", json_output)
+        self.gpu_use = check_bool("RocmSmiMonitor", "gpu_use", gpu_use)
+        self.reduce_across_ranks = check_bool(
             "RocmSmiMonitor", "reduce_across_ranks", reduce_across_ranks
         )
         self.timeout = timeout
         self.executable = executable
-        self.json_output = json_output
-        self.gpu_use = gpu_use
         self.device_index = device_index
-        self.reduce_across_ranks = reduce_across_ranks
         #: How often each kind of failure happened: missing, timeout, error, exit, parse, gpu, map.
         self.failures: Counter[str] = Counter()
         self._path: str | None = None  # "" once looked up and not found
