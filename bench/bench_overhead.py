@@ -5,18 +5,30 @@ Why this method
 ---------------
 On these VMs a core's speed drifts by 20-30% between processes and by several
 percent within a minute, so timing variant A, then variant B, compares the
-machine's moods, not the code. Here every variant lives in **one process**, each
-with its own model, optimizer and data, written as a generator suspended after
-every training step. The variants run in **alternating chunks** of ``--chunk``
-steps (50), in a freshly shuffled order each cycle, for ``--cycles`` cycles (300),
-and each chunk is timed with both ``time.perf_counter`` (wall) and
-``time.process_time`` (this process's CPU time: what another tenant's load on the
-core does not add). Drift then hits every variant alike. A variant's ratio is its
-total time over ``bare``'s total; the spread is the 10th-90th percentile of the
-per-cycle ratios (each cycle's chunk time over the same cycle's bare chunk), and
-``--processes`` repeats the whole thing in fresh processes to show the spread
-between them. ``bare_b`` is the same loop as ``bare``: the **A/A control**. A
-ratio is resolved when it is further from 1 than ``bare_b`` is.
+machine's moods, not the code. Here every variant lives in **one process**, written
+as a generator suspended after every training step. The variants run in
+**alternating chunks** of ``--chunk`` steps (50), in a freshly shuffled order each
+cycle, for ``--cycles`` cycles (300), and each chunk is timed with both
+``time.perf_counter`` (wall) and ``time.process_time`` (this process's CPU time).
+Drift then hits every variant alike. A variant's ratio is the **median of its
+per-cycle ratios** (each cycle's chunk time over the same cycle's ``bare`` chunk): a
+burst of another tenant's load slows one chunk, which moves a total but not a median.
+The spread is the 10th-90th percentile of the per-cycle ratios, and ``--processes``
+repeats the whole thing in fresh processes to show the spread between them.
+``bare_b`` is the same loop as ``bare``: the **A/A control**. A ratio is resolved when
+it is further from 1 than ``bare_b`` is.
+
+By default every variant trains **one shared** model, optimizer and data set, so
+every variant's tensors sit in the same places in memory (which stay put for the whole
+process). On 2026-12-03, three processes each: A/A 0.998-1.000 and ``floor``
+0.999-1.004 shared, against 0.994-0.997 and 0.994-1.015 with a job each
+(``--own-jobs``). Nothing in obsbus registers hooks on a model or optimizer, and the
+harness checks that none did.
+
+Each variant also times, step by step, what it spends **outside its step body**
+(obsbus's own code and the generator step every variant pays) and the body itself:
+Python run between two torch steps costs several times what ``timeit`` says, and
+code outside the body can slow the body after it, so both are reported.
 
 The job (issue 20's): an MLP 64 -> 256 -> 256 -> 10 (ReLU), batch 64,
 cross-entropy, SGD with momentum 0.9, CPU, ``torch.set_num_threads(1)``, ~1 ms a
@@ -26,6 +38,8 @@ loss on the host every 10 steps (``loss.item()``), as a training script prints i
 Variants (``--variants`` picks; the default is all):
 
 - ``bare``, ``bare_b``: plain PyTorch;
+- ``floor``: the least a generator-based run can do per step, written inline (time the
+  step, count the batch and its samples, check for the end, two generator levels);
 - ``run``: :class:`obsbus.Run` with no plug-ins, the README's loop
   (``run.forward``, ``run.loss``, ``run.backward``); ``run_plain``: the bare body
   inside ``run.train`` with ``run.state.loss = loss``;
@@ -107,20 +121,125 @@ class Job:
             self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
             self.data = [(x.to(self.device), y.to(self.device)) for x, y in self.data]
 
+    #: Set by ``--own-jobs``: each variant builds its own job (else they share one).
+    own = False
+    _shared: Job | None = None
+
+    @classmethod
+    def get(cls) -> Job:
+        """The job a variant trains: the one shared by every variant, unless ``--own-jobs``."""
+        if cls.own:
+            return cls()
+        if cls._shared is None:
+            cls._shared = cls()
+        return cls._shared
+
+    def check_no_hooks(self) -> None:
+        """A shared job must stay plain: a hook one variant put on it would cost them all."""
+        hooks = [
+            name
+            for module in self.model.modules()
+            for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")
+            if getattr(module, name)
+        ]
+        hooks += [
+            h
+            for h in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
+            if getattr(self.opt, h, None)
+        ]
+        if hooks:
+            raise RuntimeError(
+                f"a variant registered hooks on the shared job ({hooks}): rerun with --own-jobs"
+            )
+
+
+class Split:
+    """Times what a variant spends outside its step body (obsbus's own time, plus the
+    generator step every variant pays) and inside it, step by step."""
+
+    def __init__(self) -> None:
+        self.outside: list[float] = []
+        self.body: list[float] = []
+        self._left: float | None = None
+        self._entered = 0.0
+
+    def enter(self) -> None:
+        now = time.perf_counter()
+        if self._left is not None:
+            self.outside.append(now - self._left)
+        self._entered = now
+
+    def leave(self) -> None:
+        self._left = now = time.perf_counter()
+        self.body.append(now - self._entered)
+
+    def reset(self) -> None:
+        """Forget the warm-up."""
+        self.outside.clear()
+        self.body.clear()
+        self._left = None
+
+    def pause(self) -> None:
+        """The generator is suspended between chunks: that gap is not the variant's."""
+        self._left = None
+
+
+#: Per variant, its Split (filled by the generators; one per process).
+SPLITS: dict[str, Split] = {}
+
 
 # ------------------------------------------------------------------ variants as generators
-def bare(steps: int) -> Step:
-    job = Job()
-    model, opt, data = job.model, job.opt, job.data
+def _step(job: Job, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The step body every bare-bodied variant runs."""
+    job.opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(job.model(x), y)
+    loss.backward()  # type: ignore[no-untyped-call]
+    job.opt.step()
+    return loss
+
+
+def bare(steps: int, split: Split) -> Step:
+    job = Job.get()
+    data = job.data
     n = len(data)
     for i in range(steps):
+        split.enter()
         x, y = data[i % n]
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()  # type: ignore[no-untyped-call]
-        opt.step()
+        loss = _step(job, x, y)
         if (i + 1) % INTERVAL == 0:
             loss.item()
+        split.leave()
+        yield
+
+
+def floor(steps: int, split: Split) -> Step:
+    """The least any generator-based run can do per step, written inline: time the step,
+    count the batch and its samples, check for the end, and two generator levels (train and
+    epoch), as ``Run`` has. No events, no timestamp object, no state."""
+    job = Job.get()
+
+    def train(data: list[Batch]) -> Iterator[Batch]:
+        clock = time.perf_counter
+        mark, seconds, batches, samples = clock(), 0.0, 0, 0
+
+        def epoch() -> Iterator[Batch]:
+            yield from data
+
+        while True:
+            for batch in epoch():
+                yield batch
+                now = clock()
+                seconds, mark = seconds + (now - mark), now
+                batches, samples = batches + 1, samples + batch[0].shape[0]
+                if batches >= steps:
+                    return
+
+    for i, (x, y) in enumerate(train(job.data)):
+        split.enter()
+        loss = _step(job, x, y)
+        if (i + 1) % INTERVAL == 0:
+            loss.item()
+        split.leave()
         yield
 
 
@@ -131,12 +250,13 @@ def _plugins(monitors: tuple[str, ...], memory: bool) -> dict[str, Any]:
     }
 
 
-def run_api(steps: int, monitors: tuple[str, ...] = (), memory: bool = False) -> Step:
-    job = Job()
+def run_api(steps: int, split: Split, monitors: tuple[str, ...] = (), memory: bool = False) -> Step:
+    job = Job.get()
     model, opt = job.model, job.opt
     kwargs = _plugins(monitors, memory)
     with Run(model=model, optimizers=opt, max_duration=f"{steps}ba", run_name="b", **kwargs) as run:
         for i, (x, y) in enumerate(run.train(job.data)):
+            split.enter()
             opt.zero_grad(set_to_none=True)
             out = run.forward(model, x)
             loss = run.loss(F.cross_entropy, out, y)
@@ -144,21 +264,20 @@ def run_api(steps: int, monitors: tuple[str, ...] = (), memory: bool = False) ->
             opt.step()
             if (i + 1) % INTERVAL == 0:
                 loss.item()
+            split.leave()
             yield
 
 
-def run_plain(steps: int) -> Step:
-    job = Job()
-    model, opt = job.model, job.opt
-    with Run(model=model, optimizers=opt, max_duration=f"{steps}ba", run_name="b") as run:
+def run_plain(steps: int, split: Split) -> Step:
+    job = Job.get()
+    with Run(model=job.model, optimizers=job.opt, max_duration=f"{steps}ba", run_name="b") as run:
         for i, (x, y) in enumerate(run.train(job.data)):
-            opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()  # type: ignore[no-untyped-call]
-            opt.step()
+            split.enter()
+            loss = _step(job, x, y)
             run.state.loss = loss
             if (i + 1) % INTERVAL == 0:
                 loss.item()
+            split.leave()
             yield
 
 
@@ -170,8 +289,8 @@ class _ReadEvery(Callback):
             state.loss.item()
 
 
-def trainer(steps: int, monitors: tuple[str, ...] = (), memory: bool = False) -> Step:
-    job = Job()
+def trainer(steps: int, split: Split, monitors: tuple[str, ...] = (), memory: bool = False) -> Step:
+    job = Job.get()
     kwargs = _plugins(monitors, memory)
     kwargs["callbacks"].append(_ReadEvery())
     t = Trainer(
@@ -185,24 +304,28 @@ def trainer(steps: int, monitors: tuple[str, ...] = (), memory: bool = False) ->
         progress_bar=False,
         **kwargs,
     )
-    # Trainer.fit's own body, suspended after each step.
+    # Trainer.fit's own body, suspended after each step. The body here is the Trainer's
+    # whole batch (its own code included): "outside" is only its Run's loop.
     with t, t._run.fitting():
         for batch in t._run.train(t.train_dataloader):
+            split.enter()
             t._train_batch(batch)
+            split.leave()
             yield
 
 
 STACK = tuple(MONITORS)
-VARIANTS: dict[str, Callable[[int], Step]] = {
+VARIANTS: dict[str, Callable[[int, Split], Step]] = {
     "bare": bare,
     "bare_b": bare,
+    "floor": floor,
     "run": run_api,
     "run_plain": run_plain,
-    "mem": lambda n: run_api(n, memory=True),
-    **{f"mem+{m}": (lambda n, m=m: run_api(n, (m,), memory=True)) for m in MONITORS},
-    "stack": lambda n: run_api(n, STACK, memory=True),
+    "mem": lambda n, s: run_api(n, s, memory=True),
+    **{f"mem+{m}": (lambda n, s, m=m: run_api(n, s, (m,), memory=True)) for m in MONITORS},
+    "stack": lambda n, s: run_api(n, s, STACK, memory=True),
     "trainer": trainer,
-    "trainer_stack": lambda n: trainer(n, STACK, memory=True),
+    "trainer_stack": lambda n, s: trainer(n, s, STACK, memory=True),
 }
 #: What each variant's second ratio is against.
 OVER = {
@@ -219,10 +342,15 @@ def interleave(
 ) -> dict[str, dict[str, list[float]]]:
     """Per variant, per clock, the time of each cycle's chunk (seconds)."""
     total = warmup + chunk * cycles
-    gens = {name: VARIANTS[name](total) for name in names}
-    for gen in gens.values():  # warm-up: build, first steps, caches
+    SPLITS.clear()
+    SPLITS.update({name: Split() for name in names})
+    gens = {name: VARIANTS[name](total, SPLITS[name]) for name in names}
+    for name, gen in gens.items():  # warm-up: build, first steps, caches
         for _ in range(warmup):
             next(gen)
+        SPLITS[name].reset()
+    if not Job.own and Job._shared is not None:
+        Job._shared.check_no_hooks()
     times: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in names}
     order = list(names)
     rng = random.Random(seed)
@@ -241,6 +369,7 @@ def interleave(
             w1, c1 = wall(), cpu()
             times[name]["wall"].append(w1 - w0)
             times[name]["cpu"].append(c1 - c0)
+            SPLITS[name].pause()
     for gen in gens.values():  # run each to its end, so fit_end and close happen
         for _ in gen:
             pass
@@ -263,7 +392,11 @@ def summarize(times: dict[str, dict[str, list[float]]], chunk: int) -> dict[str,
                     continue
                 base = times[ref][clock]
                 per_cycle = [a / b for a, b in zip(ts, base, strict=True)]
-                row[f"{ref_key}_{clock}"] = sum(ts) / sum(base)
+                # The median of the per-cycle ratios: a burst of another tenant's load
+                # slows one chunk, which moves a total but not a median (A/A: total
+                # 0.977-1.010, median 0.997-1.003 in the same runs; bench/RESULTS.md).
+                row[f"{ref_key}_{clock}"] = statistics.median(per_cycle)
+                row[f"{ref_key}_{clock}_total"] = sum(ts) / sum(base)
                 row[f"{ref_key}_{clock}_p10"] = _pct(per_cycle, 0.1)
                 row[f"{ref_key}_{clock}_p90"] = _pct(per_cycle, 0.9)
         out[name] = row
@@ -322,7 +455,7 @@ def hook_table(steps: int) -> list[str]:
 
     Run.__enter__ = entering  # type: ignore[method-assign]
     try:
-        for _ in run_api(steps, STACK, memory=True):
+        for _ in run_api(steps, Split(), STACK, memory=True):
             pass
     finally:
         Run.__enter__ = original  # type: ignore[method-assign]
@@ -382,9 +515,43 @@ def table(results: list[dict[str, dict[str, Any]]], chunk: int, cycles: int) -> 
             f"{OVER.get(name, '')} | {cell(rows, 'over_wall')} | {cell(rows, 'over_cpu')} |"
         )
     lines.append(
-        f"\nOne value per process (total over bare's total), then the 10th-90th percentile "
-        f"of the per-cycle ratios over all processes in brackets; {cycles} cycles of {chunk} "
-        "steps per variant per process."
+        f"\nOne value per process (the median of the per-cycle ratios: each cycle's chunk "
+        f"time over the same cycle's reference chunk), then the 10th-90th percentile of the "
+        f"per-cycle ratios over all processes in brackets; {cycles} cycles of {chunk} "
+        "steps per variant per process. Total time over the reference's total, wall: "
+        + "; ".join(
+            f"{name} " + " / ".join(f"{r[name]['bare_wall_total']:.3f}" for r in results)
+            for name in names
+            if name != "bare"
+        )
+        + "."
+    )
+    lines += [
+        "",
+        "| variant | outside the body, µs/step (median) | outside, mean | body, median | "
+        "body - bare's body, median |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in names:
+        rows = [r[name] for r in results]
+        if "outside_med" not in rows[0]:
+            continue
+        bare_body = [r["bare"]["body_med"] for r in results]
+
+        def per_process(key: str, rows: list[dict[str, Any]] = rows) -> str:
+            return " / ".join(f"{r[key]:.1f}" for r in rows)
+
+        extra = " / ".join(
+            f"{r['body_med'] - b:+.1f}" for r, b in zip(rows, bare_body, strict=True)
+        )
+        lines.append(
+            f"| `{name}` | {per_process('outside_med')} | {per_process('outside_mean')} | "
+            f"{per_process('body_med')} | {extra} |"
+        )
+    lines.append(
+        "\nOutside the body: from the end of one step body to the start of the next (the "
+        "loop's own code: obsbus's, the generator step every variant pays, and on log steps "
+        "the monitors'); body: the step body itself (for the Trainer, its whole batch)."
     )
     return lines
 
@@ -393,8 +560,14 @@ def _child(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     torch.set_num_threads(1)
     Job.device = args.device
     gc.collect()
+    Job.own = args.own_jobs
     times = interleave(args.variants, args.chunk, args.cycles, args.warmup, args.seed)
-    return summarize(times, args.chunk)
+    rows = summarize(times, args.chunk)
+    for name, split in SPLITS.items():
+        rows[name]["outside_med"] = statistics.median(split.outside) * 1e6
+        rows[name]["outside_mean"] = statistics.fmean(split.outside) * 1e6
+        rows[name]["body_med"] = statistics.median(split.body) * 1e6
+    return rows
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -406,6 +579,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="cpu or cuda (the same job on a GPU)")
+    parser.add_argument(
+        "--own-jobs",
+        action="store_true",
+        help="each variant trains its own model (default: all train one shared model)",
+    )
     parser.add_argument("--hooks", type=int, default=0, metavar="STEPS", help="hook table steps")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -422,6 +600,7 @@ def main(argv: list[str] | None = None) -> None:
         cmd = [sys.executable, __file__, "--child", "--seed", str(args.seed + i)]
         cmd += ["--chunk", str(args.chunk), "--cycles", str(args.cycles)]
         cmd += ["--warmup", str(args.warmup), "--device", args.device]
+        cmd += ["--own-jobs"] if args.own_jobs else []
         cmd += ["--variants", *args.variants]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         results.append(json.loads(out.strip().splitlines()[-1]))

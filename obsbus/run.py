@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -69,6 +70,7 @@ _FORWARD = {
     "eval": (_EVAL_BEFORE_FORWARD, _EVAL_AFTER_FORWARD),
     "predict": (_PREDICT_BEFORE_FORWARD, _PREDICT_AFTER_FORWARD),
 }
+_SEQUENCES = (tuple, list)
 EvalInterval = TimeLike | Callable[[State, Event], bool]
 
 
@@ -380,12 +382,19 @@ class Run:
         """Yield the training batches of one epoch, firing the epoch and batch events."""
         self._require_fitting("epoch")
         state, run_event, handles = self.state, self.engine.run_event, self.engine.handles
+        logger, train_metrics = self.logger, self._train_metrics.metrics
         state.dataloader, state.dataloader_label = dataloader, "train"
         length = _len_or_none(dataloader)
         state.dataloader_len = None if length is None else Time(length, TimeUnit.BATCH)
         run_event(Event.EPOCH_START)
         iterator = iter(dataloader)
-        # An event nobody handles is skipped here, for one dict lookup (Engine.handles).
+        # This loop is every step's path, so it makes as few calls as it can: Python code
+        # run between two torch steps costs 3-4x what timeit says (bench/RESULTS.md, issue
+        # 20). An event nobody handles is skipped for one dict lookup (Engine.handles); the
+        # common batch (a tuple or list led by a tensor, with the default counters and no
+        # device move) is counted inline, as default_num_samples would count it.
+        tensor = self._plain_batch_tensor()
+        clock = time.perf_counter
         while True:
             if handles[_BEFORE_DATALOADER]:
                 run_event(_BEFORE_DATALOADER)
@@ -393,7 +402,17 @@ class Run:
                 batch = next(iterator)
             except StopIteration:
                 break
-            self._set_batch(batch)
+            if (
+                tensor is not None
+                and type(batch) in _SEQUENCES
+                and batch
+                and type(batch[0]) is tensor
+                and batch[0].ndim
+            ):
+                state.batch_num_samples, state.batch_num_tokens = batch[0].shape[0], 0
+                state.batch_num_flops, state.batch = None, batch
+            else:
+                self._set_batch(batch)
             if handles[_AFTER_DATALOADER]:
                 run_event(_AFTER_DATALOADER)
             if handles[_BATCH_START]:
@@ -404,17 +423,61 @@ class Run:
                 run_event(_BEFORE_TRAIN_BATCH)
             self._mode = "train"
             yield state.batch
-            self._end_batch()
+            # The batch is done. Its loss: from run.loss (already detached), else what the
+            # loop set in state.loss, without its graph.
+            parts = self._loss_parts
+            if parts:
+                one = len(parts) == 1 and parts[0][1] is None
+                state.loss = parts[0][0] if one else combine_losses(parts)
+            elif state.loss is not None:
+                loss = state.loss
+                state.loss = loss.detach() if type(loss) is tensor else detached(loss)
+            if handles[_AFTER_TRAIN_BATCH]:
+                run_event(_AFTER_TRAIN_BATCH)
+            now = clock()
+            state.timestamp = state.timestamp.to_next_batch(
+                state.batch_num_samples, state.batch_num_tokens, now - self._mark
+            )
+            self._mark = now
+            # The loss goes to the destinations, when there are any (else nobody would see
+            # it), once the batch is counted, so its step matches what monitors log at
+            # batch_end.
+            loss = state.loss
+            if loss is not None and logger.destinations:
+                metrics = loss_metrics(loss)
+                if train_metrics and self._metrics_every.at_batch_end(state):
+                    metrics.update(self._train_metrics.compute("metrics/train/"))
+                if metrics:
+                    logger.log_metrics(metrics)
+            elif train_metrics and self._metrics_every.at_batch_end(state):
+                self._log_train_metrics()
+            if handles[_BATCH_END]:
+                run_event(_BATCH_END)
+            if self._eval_interval is not None:
+                self._maybe_eval(_BATCH_END)
+            if handles[_BATCH_CHECKPOINT]:
+                run_event(_BATCH_CHECKPOINT)
             if state.is_done():
                 if length is None or state.timestamp._batch_in_epoch < length:
                     return  # a cut epoch does not end
                 break
         state.timestamp = state.timestamp.to_next_epoch(self._elapsed())
-        if self._train_metrics and self._metrics_every.at_epoch_end(state):
+        if train_metrics and self._metrics_every.at_epoch_end(state):
             self._log_train_metrics()
         run_event(Event.EPOCH_END)
         self._maybe_eval(Event.EPOCH_END)
         run_event(Event.EPOCH_CHECKPOINT)
+
+    def _plain_batch_tensor(self) -> Any:
+        """``torch.Tensor`` when batches may be counted inline (the default counters, no
+        device move, torch loaded), else ``None``."""
+        torch = sys.modules.get("torch")
+        plain = (
+            self._num_samples is default_num_samples
+            and self._num_tokens is default_num_tokens
+            and self._move_to is None
+        )
+        return torch.Tensor if plain and torch is not None else None
 
     def _set_batch(self, batch: Any) -> None:
         state = self.state
@@ -422,33 +485,6 @@ class Run:
         state.batch_num_tokens = self._num_tokens(batch)
         state.batch_num_flops = None  # a loop that knows them sets them
         state.batch = batch if self._move_to is None else to_device(batch, self._move_to)
-
-    def _end_batch(self) -> None:
-        state, run_event, handles = self.state, self.engine.run_event, self.engine.handles
-        if self._loss_parts:
-            state.loss = combine_losses(self._loss_parts)  # already detached
-        elif state.loss is not None:  # set by the user's loop
-            state.loss = detached(state.loss)
-        if handles[_AFTER_TRAIN_BATCH]:
-            run_event(_AFTER_TRAIN_BATCH)
-        state.timestamp = state.timestamp.to_next_batch(
-            state.batch_num_samples, state.batch_num_tokens, self._elapsed()
-        )
-        logger = self.logger
-        # The loss goes to the destinations, when there are any (else nobody would see it).
-        loss = state.loss
-        metrics = {} if loss is None or not logger.destinations else loss_metrics(loss)
-        if self._train_metrics and self._metrics_every.at_batch_end(state):
-            metrics.update(self._train_metrics.compute("metrics/train/"))
-        if metrics:
-            # Logged once the batch is counted, so its step matches what monitors log at batch_end.
-            logger.log_metrics(metrics)
-        if handles[_BATCH_END]:
-            run_event(_BATCH_END)
-        if self._eval_interval is not None:
-            self._maybe_eval(_BATCH_END)
-        if handles[_BATCH_CHECKPOINT]:
-            run_event(_BATCH_CHECKPOINT)
 
     def _log_train_metrics(self) -> None:
         computed = self._train_metrics.compute("metrics/train/")

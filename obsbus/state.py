@@ -15,6 +15,8 @@ from obsbus._state_args import check_optional_int, check_precision, check_state_
 from obsbus.run_folder import RunFolder, os_user
 from obsbus.time import Time, TimeLike, Timestamp, TimeUnit
 
+_BATCH = TimeUnit.BATCH
+
 __all__ = ["State", "default_run_name"]
 
 
@@ -299,6 +301,8 @@ class State:
         duration = self._max_duration
         if duration is None:
             return False
+        if duration.unit is _BATCH:  # every step asks: no raw() call for the common unit
+            return self.timestamp._batch >= duration.value
         return self.timestamp.raw(duration.unit) >= duration.value
 
     def refresh_rank_info(self) -> None:

@@ -47,3 +47,47 @@ def test_split_batch_into_microbatches():
     assert parts[2][1]["m"].tolist() == [8, 10]
     with pytest.raises(TypeError, match="Cannot split a batch of type object"):
         split_batch(object(), 2)
+
+
+class _Tensorish(torch.Tensor):
+    """A tensor subclass: Run's inline count takes exact tensors only, the rest go through
+    the counters."""
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        (torch.zeros(5, 3), torch.zeros(5)),
+        [torch.zeros(4, 2), torch.zeros(4)],
+        (torch.zeros(()), torch.zeros(3)),  # a 0-dim first tensor: not counted inline
+        (torch.zeros(6, 1).as_subclass(_Tensorish), torch.zeros(6)),
+        ({"input_ids": torch.zeros(3, 7, dtype=torch.long)}),
+        [1, 2, 3],
+        (),
+    ],
+    ids=["tuple", "list", "0-dim-first", "subclass", "dict", "ints", "empty"],
+)
+def test_run_counts_every_batch_as_the_default_counters_do(batch):
+    """Run counts the common batch inline (its hot path); the count must be the counters'."""
+    if isinstance(batch, tuple) and not batch:  # uncountable: the counters' error
+        with pytest.raises(TypeError, match="num_samples_fn"), Run(max_duration="1ba") as run:
+            for _ in run.train([batch]):
+                pass
+        return
+    expected = (default_num_samples(batch), default_num_tokens(batch))
+    with Run(max_duration="2ba") as run:
+        for _ in run.train([batch, batch]):
+            assert (run.state.batch_num_samples, run.state.batch_num_tokens) == expected
+            assert run.state.batch is batch and run.state.batch_num_flops is None
+    assert run.state.timestamp.sample == 2 * expected[0]
+    assert run.state.timestamp.token == 2 * expected[1]
+
+
+def test_run_uses_the_given_counters_and_device_over_the_inline_count():
+    batch = (torch.zeros(5, 3), torch.zeros(5))
+    with Run(max_duration="1ba", num_samples_fn=lambda b: 7, num_tokens_fn=lambda b: 11) as run:
+        for _ in run.train([batch]):
+            assert (run.state.batch_num_samples, run.state.batch_num_tokens) == (7, 11)
+    with Run(max_duration="1ba", device="cpu") as run:  # a device move takes the slow path
+        for got in run.train([batch]):
+            assert got[0] is batch[0] and run.state.batch_num_samples == 5

@@ -65,3 +65,16 @@ def test_a_dict_loss_set_by_the_loop_is_detached_before_the_batch_ends():
 def test_microbatch_dict_losses_with_different_keys_are_a_clear_error(second, match):
     with pytest.raises(ValueError, match=match):
         _one_batch(lambda w: {"ce": w, "aux": w}, second)
+
+
+def test_a_tensor_loss_set_by_the_loop_is_detached_and_logged():
+    mem = InMemoryLogger()
+    w = torch.ones((), requires_grad=True)
+    with Run(max_duration="1ba", loggers=[mem]) as run:
+        for _ in run.train([[0]]):
+            loss = w * 3.0
+            loss.backward()
+            run.state.loss = loss
+    assert run.state.loss.grad_fn is None and not run.state.loss.requires_grad
+    assert run.state.loss is not loss and float(run.state.loss) == 3.0
+    assert float(mem.most_recent_values["loss/train/total"]) == 3.0
