@@ -320,15 +320,20 @@ class Trainer:
         for opt in state.optimizers:
             opt.zero_grad(set_to_none=True)
         total = state.batch_num_samples
-        train_metrics = run._current_metrics() is not None
-        micros = split_batch(batch, state.grad_accum)
+        # Every step's path: as few calls as it takes (bench/RESULTS.md, issue 20).
+        train_metrics = bool(run._train_metrics.metrics)
+        micros = [batch] if state.grad_accum == 1 else split_batch(batch, state.grad_accum)
         for micro in micros:
             weight = run._num_samples(micro) / total if total and len(micros) > 1 else None
             inputs = micro[0] if self.loss_fn is not None else micro
-            # after_forward and after_loss fire inside the autocast, so monitors see it.
-            with autocast_for(self.precision, self.device):
+            if self.precision == "fp32":  # no autocast, so not even a nullcontext
                 outputs = run.forward(self.model, inputs)
                 loss = run.loss(self._compute_loss, outputs, micro, weight=weight)
+            else:
+                # after_forward and after_loss fire inside the autocast, so monitors see it.
+                with autocast_for(self.precision, self.device):
+                    outputs = run.forward(self.model, inputs)
+                    loss = run.loss(self._compute_loss, outputs, micro, weight=weight)
             if train_metrics:  # no_grad costs ~6 µs to enter: only when there is work
                 with torch.no_grad():
                     run._update_metrics_from(self.model, micro, outputs)
