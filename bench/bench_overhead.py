@@ -281,18 +281,9 @@ def run_plain(steps: int, split: Split) -> Step:
             yield
 
 
-class _ReadEvery(Callback):
-    """Reads the loss every 10 steps in the Trainer, as the other loops do."""
-
-    def batch_end(self, state: Any, logger: Any) -> None:
-        if state.timestamp._batch % INTERVAL == 0 and state.loss is not None:
-            state.loss.item()
-
-
 def trainer(steps: int, split: Split, monitors: tuple[str, ...] = (), memory: bool = False) -> Step:
     job = Job.get()
     kwargs = _plugins(monitors, memory)
-    kwargs["callbacks"].append(_ReadEvery())
     t = Trainer(
         job.model,
         job.data,
@@ -307,9 +298,11 @@ def trainer(steps: int, split: Split, monitors: tuple[str, ...] = (), memory: bo
     # Trainer.fit's own body, suspended after each step. The body here is the Trainer's
     # whole batch (its own code included): "outside" is only its Run's loop.
     with t, t._run.fitting():
-        for batch in t._run.train(t.train_dataloader):
+        for i, batch in enumerate(t._run.train(t.train_dataloader)):
             split.enter()
             t._train_batch(batch)
+            if (i + 1) % INTERVAL == 0:  # the loss read the other loops make
+                t.state.loss.item()
             split.leave()
             yield
 

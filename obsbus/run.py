@@ -391,9 +391,10 @@ class Run:
         # This loop is every step's path, so it makes as few calls as it can: Python code
         # run between two torch steps costs 3-4x what timeit says (bench/RESULTS.md, issue
         # 20). An event nobody handles is skipped for one dict lookup (Engine.handles); the
-        # common batch (a tuple or list led by a tensor, with the default counters and no
-        # device move) is counted inline, as default_num_samples would count it.
-        tensor = self._plain_batch_tensor()
+        # common batch (a tuple or list led by a tensor, with the default counters, and
+        # already on the device when there is one) is counted inline, as
+        # default_num_samples would count it, and kept as it is, as to_device would keep it.
+        tensor, move_to = self._plain_batch_tensor(), self._move_to
         clock = time.perf_counter
         while True:
             if handles[_BEFORE_DATALOADER]:
@@ -408,6 +409,7 @@ class Run:
                 and batch
                 and type(batch[0]) is tensor
                 and batch[0].ndim
+                and (move_to is None or _all_on(batch, move_to, tensor))
             ):
                 state.batch_num_samples, state.batch_num_tokens = batch[0].shape[0], 0
                 state.batch_num_flops, state.batch = None, batch
@@ -469,14 +471,10 @@ class Run:
         run_event(Event.EPOCH_CHECKPOINT)
 
     def _plain_batch_tensor(self) -> Any:
-        """``torch.Tensor`` when batches may be counted inline (the default counters, no
-        device move, torch loaded), else ``None``."""
+        """``torch.Tensor`` when batches may be counted inline (the default counters,
+        torch loaded), else ``None``."""
         torch = sys.modules.get("torch")
-        plain = (
-            self._num_samples is default_num_samples
-            and self._num_tokens is default_num_tokens
-            and self._move_to is None
-        )
+        plain = self._num_samples is default_num_samples and self._num_tokens is default_num_tokens
         return torch.Tensor if plain and torch is not None else None
 
     def _set_batch(self, batch: Any) -> None:
@@ -709,6 +707,14 @@ class Run:
             run_event(_PREDICT_BATCH_END)
         run_event(Event.PREDICT_END)
         self._mode = saved
+
+
+def _all_on(batch: tuple[Any, ...] | list[Any], device: Any, tensor: type) -> bool:
+    """Whether every item of ``batch`` is a plain tensor already on ``device``."""
+    for item in batch:  # noqa: SIM110 (a loop: no generator object on every step)
+        if type(item) is not tensor or item.device != device:
+            return False
+    return True
 
 
 @contextmanager

@@ -88,6 +88,28 @@ def test_run_uses_the_given_counters_and_device_over_the_inline_count():
     with Run(max_duration="1ba", num_samples_fn=lambda b: 7, num_tokens_fn=lambda b: 11) as run:
         for _ in run.train([batch]):
             assert (run.state.batch_num_samples, run.state.batch_num_tokens) == (7, 11)
-    with Run(max_duration="1ba", device="cpu") as run:  # a device move takes the slow path
+    with Run(max_duration="1ba", device="cpu") as run:  # already there: kept as it is
         for got in run.train([batch]):
-            assert got[0] is batch[0] and run.state.batch_num_samples == 5
+            assert got[0] is batch[0] and got[1] is batch[1]
+            assert run.state.batch_num_samples == 5
+
+
+def test_run_moves_a_batch_that_is_not_all_on_the_device(monkeypatch):
+    """The inline count keeps a batch only when every item is a tensor on the device;
+    anything else goes through to_device."""
+    import obsbus.run as run_module
+
+    moved = []
+    real = run_module.to_device
+
+    def spy(batch, device):
+        moved.append(batch)
+        return real(batch, device)
+
+    monkeypatch.setattr(run_module, "to_device", spy)
+    on_device = (torch.zeros(5, 3), torch.zeros(5))
+    mixed = (torch.zeros(5, 3), [1, 2, 3, 4, 5])
+    with Run(max_duration="2ba", device="cpu") as run:
+        for _ in run.train([on_device, mixed]):
+            assert run.state.batch_num_samples == 5
+    assert moved == [mixed]
