@@ -709,7 +709,7 @@ class Run:
         self._mode = saved
 
 
-def _all_on(batch: tuple[Any, ...] | list[Any], device: Any, tensor: type) -> bool:
+def _all_on(batch: tuple[Any, ...] | list[Any], device: Any, tensor: Any) -> bool:
     """Whether every item of ``batch`` is a plain tensor already on ``device``."""
     for item in batch:  # noqa: SIM110 (a loop: no generator object on every step)
         if type(item) is not tensor or item.device != device:
