@@ -226,3 +226,37 @@ def test_the_default_monitors_log_the_same_keys_at_the_same_steps_gated_or_not(m
     for key in ("l2_norm/grad/global", "memory/host_rss_mem", "throughput/samples_per_sec"):
         assert gated[key] == [3, 6, 9], key
     assert gated["loss/train/total"] == list(range(1, 11))
+
+
+@pytest.mark.parametrize("interval", ["3ba", "1ep"])
+def test_console_and_loguru_loggers_are_gated_and_print_the_same_gated_or_not(
+    monkeypatch, interval
+):
+    """ConsoleLogger and LoguruLogger act only every log_interval: the engine skips their
+    batch_end/epoch_end on the other batches, and what they print is what they print ungated."""
+    import io
+
+    from obsbus.interval import hook_period
+    from obsbus.loggers import ConsoleLogger, LoguruLogger
+
+    def run_once(gate: bool):
+        if not gate:
+            monkeypatch.setattr("obsbus.engine.hook_period", lambda *a: None)
+        stream, lines = io.StringIO(), []
+        console = ConsoleLogger(log_interval=interval, stream=stream)
+        text = LoguruLogger(log_interval=interval)
+        text._emit = lambda line, **extra: lines.append(line)  # what it would write
+        with Run(max_duration="7ba", loggers=[console, text]) as run:
+            for _ in run.train([[1], [2], [3]]):
+                run.log_metrics({"m": float(run.state.timestamp._batch)})
+        monkeypatch.undo()
+        return (console, text), stream.getvalue(), lines
+
+    (console, text), gated_out, gated_lines = run_once(True)
+    _, plain_out, plain_lines = run_once(False)
+    assert gated_out == plain_out and "m: " in gated_out
+    assert gated_lines == plain_lines and gated_lines
+    expected = (3, 0) if interval == "3ba" else (0, 1)
+    for plugin in (console, text):
+        assert hook_period(plugin, "batch_end", plugin.batch_end) == expected[0]
+        assert hook_period(plugin, "epoch_end", plugin.epoch_end) == expected[1]

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 from typing_extensions import override
 
 from obsbus._check import check_bool, check_stream, is_number
-from obsbus.interval import LogInterval
+from obsbus.interval import LogInterval, at_interval
 from obsbus.logger import Logger
 from obsbus.loggers._text_destination import TextDestination
 from obsbus.state import State
@@ -149,11 +149,13 @@ class ConsoleLogger(TextDestination):
         self._block(self._progress(state), "Train ", pending)
 
     @override
+    @at_interval("log_interval")
     def batch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_batch_end(state):
             self._print_train(state)
 
     @override
+    @at_interval("log_interval")
     def epoch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_epoch_end(state):
             self._print_train(state)

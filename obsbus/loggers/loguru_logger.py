@@ -8,7 +8,7 @@ from typing import Any
 from typing_extensions import override
 
 from obsbus._check import check_bool
-from obsbus.interval import LogInterval
+from obsbus.interval import LogInterval, at_interval
 from obsbus.log import _level, get_logger
 from obsbus.logger import Logger
 from obsbus.loggers._text_destination import TextDestination
@@ -115,11 +115,13 @@ class LoguruLogger(TextDestination):
             self._emit(f"Traces: {pairs}", traces=dict(traces))
 
     @override
+    @at_interval("log_interval")
     def batch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_batch_end(state):
             self._write_pending(self._prefix())
 
     @override
+    @at_interval("log_interval")
     def epoch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_epoch_end(state):
             self._write_pending(f"[epoch={state.timestamp.epoch.value}][end]")
