@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from obsbus import values as _values
 from obsbus.values import to_host
 
 if TYPE_CHECKING:
@@ -16,6 +17,9 @@ _STACK_EVERY = 256  # kept losses stacked into one tensor per device
 # the first bad batch is known at once); more are summed on the device first, and only a
 # sum that is not finite costs a second read to find the batch.
 _READ_ALL_MAX = 4096
+Part = tuple[list[int], Any]
+"""Batch numbers and their losses: one tensor on their device, or a list of host numbers."""
+_HOST = "host"  # the store's key for losses read on the host already (a list of numbers)
 
 
 class KeptLosses:
@@ -29,11 +33,19 @@ class KeptLosses:
     device, :meth:`to_read` says what to transfer for them (all values, or
     past 4096 their float64 sum), and :meth:`first_bad` finds the first
     batch whose loss was not finite in what was read.
+
+    0-d CPU losses (a CPU run's) are read where they are instead, one
+    ``item()`` each every 256, and kept as a list of Python numbers (~30
+    bytes a batch, like the batch numbers themselves): on the host
+    that is no sync, and it costs ~0.2 µs a loss where ``stack`` and a
+    transfer cost ~30 µs a check in a training loop (issue 20; the switch
+    ``obsbus.values._READ_CPU_NOW`` that tests turn off sends them down the
+    device path instead).
     """
 
     def __init__(self) -> None:
         self._kept: list[tuple[int, torch.Tensor]] = []
-        self._stacked: dict[Any, list[tuple[list[int], torch.Tensor]]] = {}
+        self._stacked: dict[Any, list[Part]] = {}
 
     def keep(self, batch: int, loss: torch.Tensor) -> None:
         kept = self._kept
@@ -46,6 +58,11 @@ class KeptLosses:
         import torch
 
         kept, self._kept = self._kept, []
+        if _values._READ_CPU_NOW and all(t.dim() == 0 and t.is_cpu for _, t in kept):
+            # On the host already: read them now (no sync), no stack, no transfer later.
+            numbers = [t.item() for _, t in kept]
+            self._stacked.setdefault(_HOST, []).append(([b for b, _ in kept], numbers))
+            return
         if all(t.dim() == 0 for _, t in kept):
             try:
                 stacked = torch.stack([t for _, t in kept])  # the usual: on one device
@@ -66,27 +83,30 @@ class KeptLosses:
             stacked = torch.stack(values)
             self._stacked.setdefault(device, []).append((batches, stacked))
 
-    def take(self) -> list[tuple[list[int], torch.Tensor]]:
+    def take(self) -> list[Part]:
         """Every loss kept since the last check, one ``(batches, values)`` per device; empties."""
         import torch
 
         if self._kept:
             self._stack()
         stacked, self._stacked = self._stacked, {}
-        return [
-            (
-                [b for batches, _ in parts for b in batches],
-                parts[0][1] if len(parts) == 1 else torch.cat([v for _, v in parts]),
-            )
-            for parts in stacked.values()
-        ]
+        taken: list[Part] = []
+        for device, parts in stacked.items():
+            batches = [b for part_batches, _ in parts for b in part_batches]
+            if len(parts) == 1:
+                taken.append((batches, parts[0][1]))
+            elif device is _HOST:
+                taken.append((batches, [x for _, numbers in parts for x in numbers]))
+            else:
+                taken.append((batches, torch.cat([v for _, v in parts])))
+        return taken
 
     @staticmethod
-    def to_read(taken: list[tuple[list[int], torch.Tensor]]) -> dict[str, torch.Tensor]:
+    def to_read(taken: list[Part]) -> dict[str, Any]:
         """What to transfer for ``taken``: ``{"kept{i}": values, or their float64 sum}``."""
-        due: dict[str, torch.Tensor] = {}
+        due: dict[str, Any] = {}
         for i, (batches, values) in enumerate(taken):
-            if len(batches) > _READ_ALL_MAX:
+            if type(values) is not list and len(batches) > _READ_ALL_MAX:
                 import torch
 
                 # float64: a sum of finite float16/float32 values can't overflow it
@@ -95,25 +115,23 @@ class KeptLosses:
         return due
 
     @staticmethod
-    def read_values(
-        taken: list[tuple[list[int], torch.Tensor]], read: dict[str, Any]
-    ) -> list[tuple[list[int], list[float]]]:
+    def read_values(taken: list[Part], read: dict[str, Any]) -> list[tuple[list[int], list[float]]]:
         """``(batches, losses)`` of each part of ``taken`` whose values were all read."""
         out = []
-        for i, (batches, _) in enumerate(taken):
-            if len(batches) <= _READ_ALL_MAX:
+        for i, (batches, kept) in enumerate(taken):
+            if type(kept) is list or len(batches) <= _READ_ALL_MAX:
                 got = read[f"kept{i}"]
                 out.append((batches, [float(x) for x in (got if type(got) is list else [got])]))
         return out
 
     @staticmethod
-    def first_bad(taken: list[tuple[list[int], torch.Tensor]], read: dict[str, Any]) -> int:
+    def first_bad(taken: list[Part], read: dict[str, Any]) -> int:
         """The first batch of ``taken`` whose loss is not finite, from ``read`` (the numbers
         of :meth:`to_read`'s tensors); :data:`NONE_BAD` when there is none."""
         first = NONE_BAD
         for i, (batches, values) in enumerate(taken):
             got = read[f"kept{i}"]
-            if len(batches) <= _READ_ALL_MAX:  # every value read: the first bad one is here
+            if type(values) is list or len(batches) <= _READ_ALL_MAX:  # all read: it is here
                 got = got if type(got) is list else [got]
                 for b, x in zip(batches, got, strict=True):
                     if not math.isfinite(x):

@@ -112,9 +112,10 @@ def test_log_mode_goes_on_and_reports_each_interval(caplog):
 @pytest.mark.parametrize("read_cpu_now", [False, True], ids=["transfer", "cpu-read"])
 def test_steps_that_do_not_check_never_sync(monkeypatch, read_cpu_now):
     # transfer: the path of device tensors, one read per check for the flag and the losses;
-    # cpu-read: small CPU tensors are read where they are, one read each.
+    # cpu-read: small CPU tensors are read where they are: the 4 kept 0-d losses one
+    # item() each (no stack), then the flag.
     monkeypatch.setattr(values_module, "_READ_CPU_NOW", read_cpu_now)
-    reads = ["tolist", "tolist"] if read_cpu_now else ["tolist"]
+    reads = ["item"] * 4 + ["tolist"] if read_cpu_now else ["tolist"]
     spy = SyncSpy()
     recorder = SyncsPerBatch(spy)
     t = trainer(NaNMonitor("4ba", check_grad_norm=True), data=regression_data(8),
@@ -302,6 +303,23 @@ def test_the_stacked_losses_are_bounded_between_checks():
             run.loss(lambda: torch.tensor(1.0))
     assert max(kept for kept, _ in seen) < 256
     assert seen[-1] == (600 - 512, 2)  # two stacks of 256, the rest kept
+
+
+def test_cpu_losses_are_read_on_the_host_without_a_stack(monkeypatch):
+    # A CPU run's 0-d losses are read one item() each (no stack, no transfer); with the
+    # switch off they take the device path: one stacked tensor, read at the check.
+    kept = kept_module.KeptLosses()
+    losses = [torch.tensor(float(i)) for i in range(300)]
+    for i, loss in enumerate(losses):
+        kept.keep(i + 1, loss)
+    ((batches, numbers),) = kept.take()
+    assert batches == list(range(1, 301)) and numbers == [float(i) for i in range(300)]
+    assert type(numbers) is list and all(type(x) is float for x in numbers)
+    monkeypatch.setattr(values_module, "_READ_CPU_NOW", False)
+    for i, loss in enumerate(losses[:3]):
+        kept.keep(i + 1, loss)
+    ((batches, stacked),) = kept.take()
+    assert isinstance(stacked, torch.Tensor) and stacked.tolist() == [0.0, 1.0, 2.0]
 
 
 def test_mixed_dtypes_and_a_finite_sum_that_overflows_are_not_reported(read_all_max):
