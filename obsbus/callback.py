@@ -23,6 +23,13 @@ class Callback:
     overrides, so an unused hook costs nothing. Composer's other way works
     too: override :meth:`run_event` and receive every event.
 
+    A hook a run turns out not to need (known in ``__init__`` or ``init``)
+    can be dropped for that run: set the instance attribute to the base
+    class's hook, ``self.after_forward = super().after_forward``, and the
+    engine, which looks at its plug-ins again after ``init``, stops calling
+    it (:class:`~obsbus.callbacks.NaNMonitor` and
+    :class:`~obsbus.callbacks.SpeedMonitor` do this).
+
     Beyond the hooks: :meth:`close` (release resources; runs once, at the end),
     :meth:`post_close` (after every plug-in closed), :meth:`state_dict` and
     :meth:`load_state_dict` (resume).

@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
 
 from obsbus._failures import plugin_name
 from obsbus._hook_names import warn_near_misses
@@ -60,6 +60,16 @@ def _handler(plugin: Callback, event: Event) -> Callable[[State, Logger], None] 
     return None
 
 
+class _Gate(NamedTuple):
+    """How a gated event finds its count, its hooks' periods (> 1), and the entries whose
+    period is 1 (run alone on a count no other period divides)."""
+
+    offset: int
+    periods: tuple[int, ...]
+    always_cbs: tuple[tuple[Any, ...], ...]
+    always_dests: tuple[tuple[Any, ...], ...]
+
+
 class Engine:
     """Dispatches events to callbacks and to the logger's destinations.
 
@@ -78,8 +88,10 @@ class Engine:
     At ``exception`` every error is contained, so the original one reaches
     the caller.
 
-    Dispatch goes through a table, built once, of the plug-ins that override
-    each hook; an event nobody handles costs one dict lookup. A plug-in that
+    Dispatch goes through a table of the plug-ins that override each hook,
+    built when the engine is and again after ``init`` (so a plug-in can drop,
+    in its ``init``, a hook this run gives it nothing to do in); an event
+    nobody handles costs one dict lookup. A plug-in that
     overrides :meth:`~obsbus.Callback.run_event` is called through it at
     every event (``exception`` included), as Composer's engine calls every
     callback; its hook methods then run only if its ``run_event`` calls them
@@ -126,7 +138,7 @@ class Engine:
         self.profiler: Profiler | None = None
         #: Every destination the engine runs: the logger's, then those only in ``state.callbacks``.
         self.destinations: tuple[LoggerDestination, ...] = (*logger.destinations, *listed)
-        self._table: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], Event, int | None]] = {}
+        self._table: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], Event, _Gate | None]] = {}
         #: Whether anything handles each event: one dict, updated in place, so a loop that
         #: holds it can skip an unhandled event for the price of one lookup.
         self.handles: dict[Event, bool] = {}
@@ -155,10 +167,12 @@ class Engine:
         entry ``(plugin, hook, name, period)``. ``period`` is 1 for a hook called
         every time; a hook declared with :func:`~obsbus.interval.at_interval`
         has its interval's period (a hook whose interval is never due at the
-        event is left out). ``gate`` is ``None`` when every period is 1, else
-        how the event finds its count (:data:`~obsbus.interval.GATED_EVENTS`).
+        event is left out). ``gate`` is ``None`` when every period is 1, else a
+        :class:`_Gate`: how the event finds its count
+        (:data:`~obsbus.interval.GATED_EVENTS`), the distinct periods, and the
+        entries called every time.
         """
-        table: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], Event, int | None]] = {}
+        table: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], Event, _Gate | None]] = {}
         spanned = self._spanned
         for event in Event:
             name = event.value
@@ -177,8 +191,16 @@ class Engine:
                     dests.append((plugin, self._watched(plugin, name, hook), name, period))
                 else:
                     cbs.append((plugin, hook, period))
-            gated = any(entry[-1] != 1 for entry in (*cbs, *dests))
-            table[event] = (tuple(cbs), tuple(dests), event, GATED_EVENTS[name] if gated else None)
+            periods = {entry[-1] for entry in (*cbs, *dests)} - {1}
+            gate = None
+            if periods:
+                gate = _Gate(
+                    GATED_EVENTS[name],
+                    tuple(sorted(periods)),
+                    tuple(e for e in cbs if e[-1] == 1),
+                    tuple(e for e in dests if e[-1] == 1),
+                )
+            table[event] = (tuple(cbs), tuple(dests), event, gate)
             # Run skips an event nobody handles without calling run_event (profiling: none).
             self.handles[event] = self.profiler is not None or bool(cbs or dests)
         self._table = table
@@ -296,6 +318,9 @@ class Engine:
                 hook(state, logger)
             for _, hook, _ in cbs:
                 hook(state, logger)
+            # A plug-in may have dropped a hook it has no use for in this run (an instance
+            # attribute holding the base class's hook; see Callback): look again.
+            self._build_table()
             return
         for _, hook, _ in cbs:
             hook(state, logger)
@@ -309,12 +334,21 @@ class Engine:
                 call(dest, name, hook, state, logger)
 
     def _run_gated(
-        self, cbs: tuple[tuple[Any, ...], ...], dests: tuple[tuple[Any, ...], ...], gate: int
+        self, cbs: tuple[tuple[Any, ...], ...], dests: tuple[tuple[Any, ...], ...], gate: _Gate
     ) -> None:
-        """A batch or epoch event with ``at_interval`` hooks: only those due are called."""
+        """A batch or epoch event with ``at_interval`` hooks: only those due are called.
+
+        On most batches no gated hook is due: one modulo per distinct period says
+        so, and only the hooks called every time run (in their order)."""
         state, logger = self.state, self.logger
         ts = state.timestamp
-        count = ts._epoch if gate == EPOCH else ts._batch + gate
+        offset = gate.offset
+        count = ts._epoch if offset == EPOCH else ts._batch + offset
+        for period in gate.periods:
+            if count % period == 0:
+                break
+        else:
+            cbs, dests = gate.always_cbs, gate.always_dests
         for _, hook, period in cbs:
             if count % period == 0:
                 hook(state, logger)

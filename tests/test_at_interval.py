@@ -77,6 +77,18 @@ def test_order_among_gated_and_plain_callbacks_is_kept():
     assert at_four == ["a", "g", "c"] and at_three == ["a", "c"]
 
 
+def test_two_periods_call_each_hook_exactly_when_due_in_order():
+    # On a batch no period divides, only the every-time hooks run; where one does, every
+    # due hook runs, in the order given.
+    journal: list = []
+    plugins = [Gated("2ba", journal, "g2"), Always(journal, "a"), Gated("3ba", journal, "g3")]
+    train(plugins, batches=12, per_epoch=12)
+    for n in range(1, 13):
+        want = [name for name, every in (("g2", 2), ("a", 1), ("g3", 3)) if n % every == 0]
+        got = [name for name, hook, at in journal if hook == "batch_end" and at == n]
+        assert got == want, n
+
+
 def test_a_direct_call_is_not_gated():
     cb = Gated("3ba")
     state = State(run_name="t")

@@ -94,6 +94,25 @@ def test_instance_level_override_is_dispatched():
     assert seen == ["fit_end"]
 
 
+def test_a_hook_dropped_at_init_is_no_longer_dispatched():
+    seen = []
+
+    class Dropper(Callback):
+        def init(self, state, logger):
+            self.after_forward = super().after_forward  # this run has no use for it
+
+        def after_forward(self, state, logger):
+            seen.append("after_forward")
+
+    engine = make_engine([Dropper()], [])
+    assert engine.handles[Event.AFTER_FORWARD]  # before init: overridden, so dispatched
+    engine.run_event(Event.AFTER_FORWARD)
+    engine.run_event(Event.INIT)
+    assert not engine.handles[Event.AFTER_FORWARD]  # the dict a loop holds, updated
+    engine.run_event(Event.AFTER_FORWARD)
+    assert seen == ["after_forward"]
+
+
 def test_callback_added_mid_event_runs_from_the_next_event():
     journal = []
     late = Recorder("late", journal)

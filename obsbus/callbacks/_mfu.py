@@ -103,6 +103,11 @@ class MfuLookup:
         self._peak_resolved = gpu_flops_available is not None
         self._warned_mfu = False
 
+    def needs_precision(self, state: State) -> bool:
+        """Whether :meth:`after_forward` may still matter: the precision is to be detected,
+        and the run's device is a GPU or not known yet (elsewhere there is no peak)."""
+        return self._detect and (state.device is None or device_info(state) is not None)
+
     def after_forward(self, state: State) -> None:
         """Note the precision of the first forward pass (autocast's dtype, if on)."""
         if self._detect:

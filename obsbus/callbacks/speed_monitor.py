@@ -198,6 +198,12 @@ class SpeedMonitor(Callback):
         self._interval_batches = 0
         self._mark = None
         self._mfu.reset(self.gpu_flops_available, self.precision)
+        # after_forward only notes the precision, for the MFU's peak. When that is given,
+        # or the run is on a known non-GPU device (no peak, so no MFU), the hook is
+        # dropped for this run: the engine looks again after init (see Callback).
+        self.__dict__.pop("after_forward", None)
+        if not self._mfu.needs_precision(state):
+            self.after_forward = super().after_forward  # type: ignore[method-assign]
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:
@@ -225,7 +231,8 @@ class SpeedMonitor(Callback):
                 self._window.add(seconds, state.batch_num_samples, state.batch_num_tokens, flops)
                 self._interval_seconds += seconds
                 self._interval_batches += 1
-        if self.log_interval.at_batch_end(state):
+        every = self.log_interval.batches  # at_batch_end, inlined: this runs every batch
+        if every and state.timestamp._batch % every == 0:
             self._log(state, logger)
 
     @override
@@ -264,6 +271,11 @@ class SpeedMonitor(Callback):
     def eval_standalone_end(self, state: State, logger: Logger) -> None:
         if self._eval_exit():
             logger.log_metrics(self._times())
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("after_forward", None)  # a bound method of self: init decides again
+        return state
 
     @override
     def state_dict(self) -> dict[str, Any]:

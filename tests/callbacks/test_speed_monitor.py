@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from obsbus import ObsbusWarning, Run, Trainer
+from obsbus import Event, ObsbusWarning, Run, Trainer
 from obsbus.callbacks import _mfu, speed_monitor
 from obsbus.callbacks._mfu import MfuLookup
 from obsbus.callbacks._peak_flops import PARTS, find_part, peak_flops, precision_of
@@ -272,6 +272,28 @@ def test_mfu_from_the_table(clock, monkeypatch, precision, autocast, peak):
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         mem = train(monitor, clock, sizes=[4] * 2, durations=[1.0] * 2, model=model, forward=True)
     assert series(mem, "throughput/device/mfu") == pytest.approx({2: 4e12 / peak})
+
+
+def test_after_forward_is_dropped_only_where_the_precision_cannot_matter(monkeypatch):
+    # A CPU run has no peak, so no MFU: after_forward (which notes the precision) is not
+    # dispatched. On a GPU, or with the device unknown, it is; the same monitor reused
+    # on a GPU run gets it back; pickling leaves the bound method out.
+    def dispatched(monitor, **kwargs):
+        with Run(max_duration="1ba", callbacks=[monitor], **kwargs) as run:
+            handled = run.engine.handles[Event.AFTER_FORWARD]
+            for _ in run.train([[1]]):
+                pass
+        return handled
+
+    monitor = SpeedMonitor()
+    assert not dispatched(monitor, model=tiny_model())  # the device is known: the CPU
+    assert not dispatched(SpeedMonitor(), device="cpu")
+    assert not dispatched(SpeedMonitor(precision="bf16"))  # nothing to detect
+    assert not dispatched(SpeedMonitor(gpu_flops_available=1e12))
+    assert dispatched(SpeedMonitor())  # no model, no device: not known
+    monkeypatch.setattr(_mfu, "device_info", lambda state: ("NVIDIA H100 80GB HBM3", 132))
+    assert dispatched(monitor, model=tiny_model())  # reused on a "GPU": back
+    assert pickle.loads(pickle.dumps(monitor)).window_size == monitor.window_size
 
 
 def test_mfu_above_one_is_not_logged(clock):
