@@ -302,10 +302,17 @@ class Engine:
             _unknown(event)
         if not (cbs or dests):
             return
-        if gate is not None:
-            self._run_gated(cbs, dests, gate)
-            return
         state, logger = self.state, self.logger
+        if gate is not None:  # a batch or epoch event with at_interval hooks
+            ts, offset = state.timestamp, gate.offset
+            count = ts._epoch if offset == EPOCH else ts._batch + offset
+            for period in gate.periods:
+                if count % period == 0:
+                    self._run_gated(cbs, dests, count)
+                    return
+            # Most batches: no gated hook is due (one modulo per distinct period said so),
+            # so only the hooks called every time run, below, in their order.
+            cbs, dests = gate.always_cbs, gate.always_dests
         if event is _EXCEPTION:
             self._run_contained(event, cbs)
             with self._ending():
@@ -334,21 +341,10 @@ class Engine:
                 call(dest, name, hook, state, logger)
 
     def _run_gated(
-        self, cbs: tuple[tuple[Any, ...], ...], dests: tuple[tuple[Any, ...], ...], gate: _Gate
+        self, cbs: tuple[tuple[Any, ...], ...], dests: tuple[tuple[Any, ...], ...], count: int
     ) -> None:
-        """A batch or epoch event with ``at_interval`` hooks: only those due are called.
-
-        On most batches no gated hook is due: one modulo per distinct period says
-        so, and only the hooks called every time run (in their order)."""
+        """A gated event at a ``count`` some period divides: only the hooks due are called."""
         state, logger = self.state, self.logger
-        ts = state.timestamp
-        offset = gate.offset
-        count = ts._epoch if offset == EPOCH else ts._batch + offset
-        for period in gate.periods:
-            if count % period == 0:
-                break
-        else:
-            cbs, dests = gate.always_cbs, gate.always_dests
         for _, hook, period in cbs:
             if count % period == 0:
                 hook(state, logger)
