@@ -150,7 +150,12 @@ def test_fp32_is_the_default_and_runs_without_autocast():
     assert seen.forward[0][0] is False
 
 
-def test_speed_monitor_sees_the_autocast_of_amp_bf16():
+def test_speed_monitor_sees_the_autocast_of_amp_bf16(monkeypatch):
+    # The precision matters only for a GPU's peak (off a GPU SpeedMonitor drops the hook
+    # that notes it), so the run's device is reported as one.
+    from obsbus.callbacks import _mfu
+
+    monkeypatch.setattr(_mfu, "device_info", lambda state: ("NVIDIA H100 80GB HBM3", 132))
     monitor = SpeedMonitor(window_size=1)
     with trainer(precision="amp_bf16", callbacks=[monitor], max_duration="1ba") as t:
         t.fit()
