@@ -37,8 +37,8 @@ class KeptLosses:
     0-d CPU losses (a CPU run's) are read where they are instead, one
     ``item()`` each every 256, and kept as a list of Python numbers (~30
     bytes a batch, like the batch numbers themselves): on the host
-    that is no sync, and it costs ~0.2 µs a loss where ``stack`` and a
-    transfer cost ~30 µs a check in a training loop (issue 20; the switch
+    that is no sync, and in a training loop it costs ~1 µs a loss where
+    ``stack`` and a transfer cost ~30 µs a check (issue 20; the switch
     ``obsbus.values._READ_CPU_NOW`` that tests turn off sends them down the
     device path instead).
     """
@@ -103,10 +103,13 @@ class KeptLosses:
 
     @staticmethod
     def to_read(taken: list[Part]) -> dict[str, Any]:
-        """What to transfer for ``taken``: ``{"kept{i}": values, or their float64 sum}``."""
+        """What to transfer for ``taken``: ``{"kept{i}": values, or their float64 sum}``
+        (nothing for a part read on the host already)."""
         due: dict[str, Any] = {}
         for i, (batches, values) in enumerate(taken):
-            if type(values) is not list and len(batches) > _READ_ALL_MAX:
+            if type(values) is list:
+                continue
+            if len(batches) > _READ_ALL_MAX:
                 import torch
 
                 # float64: a sum of finite float16/float32 values can't overflow it
@@ -120,17 +123,18 @@ class KeptLosses:
         out = []
         for i, (batches, kept) in enumerate(taken):
             if type(kept) is list or len(batches) <= _READ_ALL_MAX:
-                got = read[f"kept{i}"]
+                got: Any = kept if type(kept) is list else read[f"kept{i}"]
                 out.append((batches, [float(x) for x in (got if type(got) is list else [got])]))
         return out
 
     @staticmethod
     def first_bad(taken: list[Part], read: dict[str, Any]) -> int:
         """The first batch of ``taken`` whose loss is not finite, from ``read`` (the numbers
-        of :meth:`to_read`'s tensors); :data:`NONE_BAD` when there is none."""
+        of :meth:`to_read`'s tensors, and the parts read on the host already);
+        :data:`NONE_BAD` when there is none."""
         first = NONE_BAD
         for i, (batches, values) in enumerate(taken):
-            got = read[f"kept{i}"]
+            got: Any = values if type(values) is list else read[f"kept{i}"]
             if type(values) is list or len(batches) <= _READ_ALL_MAX:  # all read: it is here
                 got = got if type(got) is list else [got]
                 for b, x in zip(batches, got, strict=True):

@@ -426,9 +426,7 @@ class NaNMonitor(Callback):
         taken = self._losses.take()
         due: dict[str, Any] = {str(i): self._flags[key] for i, key in enumerate(keys)}
         due.update(KeptLosses.to_read(taken))
-        # One transfer per device; none for a CPU run's losses, read on the host already.
-        on_host = not keys and all(type(v) is list for v in due.values())
-        values = due if on_host else to_host(due)
+        values = to_host(due) if due else {}  # one transfer per device (a CPU run: none)
         for i, key in enumerate(keys):
             first = values[str(i)]
             if first != NONE_BAD:

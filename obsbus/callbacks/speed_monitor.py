@@ -126,7 +126,9 @@ class SpeedMonitor(Callback):
         precision: for the table: one of ``fp32``, ``tf32``, ``fp16``,
             ``bf16``, ``fp8``. Default: autocast's dtype at the first
             ``after_forward`` when autocast is on, else the parameters' dtype
-            (see :func:`~obsbus.callbacks._peak_flops.precision_of`).
+            (see :func:`~obsbus.callbacks._peak_flops.precision_of`). On a run
+            known to be off a GPU (no peak, so no MFU) it is not looked at, and
+            ``after_forward`` is not dispatched at all.
 
     Example:
         >>> from obsbus import Run
@@ -231,8 +233,7 @@ class SpeedMonitor(Callback):
                 self._window.add(seconds, state.batch_num_samples, state.batch_num_tokens, flops)
                 self._interval_seconds += seconds
                 self._interval_batches += 1
-        every = self.log_interval.batches  # at_batch_end, inlined: this runs every batch
-        if every and state.timestamp._batch % every == 0:
+        if self.log_interval.at_batch_end(state):
             self._log(state, logger)
 
     @override
@@ -271,11 +272,6 @@ class SpeedMonitor(Callback):
     def eval_standalone_end(self, state: State, logger: Logger) -> None:
         if self._eval_exit():
             logger.log_metrics(self._times())
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("after_forward", None)  # a bound method of self: init decides again
-        return state
 
     @override
     def state_dict(self) -> dict[str, Any]:

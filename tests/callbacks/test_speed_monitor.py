@@ -277,7 +277,7 @@ def test_mfu_from_the_table(clock, monkeypatch, precision, autocast, peak):
 def test_after_forward_is_dropped_only_where_the_precision_cannot_matter(monkeypatch):
     # A CPU run has no peak, so no MFU: after_forward (which notes the precision) is not
     # dispatched. On a GPU, or with the device unknown, it is; the same monitor reused
-    # on a GPU run gets it back; pickling leaves the bound method out.
+    # on a GPU run gets it back, and it still pickles.
     def dispatched(monitor, **kwargs):
         with Run(max_duration="1ba", callbacks=[monitor], **kwargs) as run:
             handled = run.engine.handles[Event.AFTER_FORWARD]
