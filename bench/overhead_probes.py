@@ -56,7 +56,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -86,51 +86,95 @@ class Gated(Callback):
         pass
 
 
-class Least(Callback):
-    """The default stack's irreducible work with its keys, in one plug-in (``least``)."""
+_PARTS = ("Speed", "NaN", "Memory", "LR", "Optimizer")
 
-    def __init__(self) -> None:
+
+class Least(Callback):
+    """The least work that logs the default stack's keys, in one plug-in (``least``).
+
+    ``parts`` says which monitors' work it does (all five by default), ``log=False`` only
+    the every-batch part. NaNMonitor logs nothing; its part is the check.
+    """
+
+    #: Each log step's parts, µs, over every instance (printed by ``least``).
+    spent: ClassVar[dict[str, list[float]]] = {}
+
+    def __init__(self, parts: tuple[str, ...] = _PARTS, log: bool = True) -> None:
+        self.speed, self.nan, self.log = "Speed" in parts, "NaN" in parts, log
+        self.memory, self.lr, self.norm = "Memory" in parts, "LR" in parts, "Optimizer" in parts
         self.losses: list[Any] = []
         self.seconds: list[float] = []
         self.samples: list[int] = []
         self.fd = os.open("/proc/self/statm", os.O_RDONLY)
         self.page = os.sysconf("SC_PAGE_SIZE")
+        if not self.nan:  # the engine then never calls it
+            self.after_train_batch = super().after_train_batch  # type: ignore[method-assign]
 
     def after_train_batch(self, state: Any, logger: Any) -> None:
         self.losses.append(state.loss)
 
     def batch_end(self, state: Any, logger: Any) -> None:
         ts = state.timestamp
-        self.seconds.append(ts._batch_wct)
-        self.samples.append(state.batch_num_samples)
-        if ts._batch % b.INTERVAL:
+        if self.speed:
+            self.seconds.append(ts._batch_wct)
+            self.samples.append(state.batch_num_samples)
+        if ts._batch % b.INTERVAL or not self.log:
+            if len(self.seconds) > 200 or len(self.losses) > 20:
+                del self.seconds[:-100], self.samples[:-100], self.losses[:-10]
             return
-        grads = [p.grad for p in state.model.parameters() if p.grad is not None]
-        norm = math.hypot(*(n.item() for n in torch._foreach_norm(grads)))
-        finite = all(math.isfinite(loss.item()) for loss in self.losses)
-        self.losses.clear()
-        rss = int(os.pread(self.fd, 128, 0).split()[1]) * self.page
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        lr = state.optimizers[0].param_groups[0]["lr"]
-        del self.seconds[:-100], self.samples[:-100]
-        seconds, samples = sum(self.seconds), sum(self.samples)
-        wct = ts._total_wct
-        logger.log_metrics(
-            {
-                "throughput/batches_per_sec": len(self.seconds) / seconds,
-                "throughput/samples_per_sec": samples / seconds,
-                "throughput/device/batches_per_sec": len(self.seconds) / seconds,
-                "throughput/device/samples_per_sec": samples / seconds,
-                "time/train": wct / 3600,
-                "time/val": 0.0,
-                "time/eval": 0.0,
-                "time/total": wct / 3600,
-                "memory/host_rss_mem": rss / 1e9,
-                "memory/host_peak_rss_mem": peak / 1e9,
-                "lr-SGD/group0": lr,
-                "l2_norm/grad/global": norm if finite else math.nan,
-            }
-        )
+        ns, spent, metrics = time.perf_counter_ns, self.spent, {}
+        t0 = ns()
+        if self.norm:
+            grads = [p.grad for p in state.model.parameters() if p.grad is not None]
+            norm = math.hypot(*(n.item() for n in torch._foreach_norm(grads)))
+            metrics["l2_norm/grad/global"] = norm
+        t1 = ns()
+        if self.nan:
+            if not all(math.isfinite(loss.item()) for loss in self.losses):
+                raise RuntimeError("a NaN loss")
+            self.losses.clear()
+        t2 = ns()
+        if self.memory:
+            rss = int(os.pread(self.fd, 128, 0).split()[1]) * self.page
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            metrics["memory/host_rss_mem"] = rss / 1e9
+            metrics["memory/host_peak_rss_mem"] = peak / 1e9
+        if self.lr:
+            metrics["lr-SGD/group0"] = state.optimizers[0].param_groups[0]["lr"]
+        t3 = ns()
+        if self.speed:
+            del self.seconds[:-100], self.samples[:-100]
+            seconds, samples, wct = sum(self.seconds), sum(self.samples), ts._total_wct
+            batches = len(self.seconds) / seconds
+            metrics["throughput/batches_per_sec"] = batches
+            metrics["throughput/samples_per_sec"] = samples / seconds
+            metrics["throughput/device/batches_per_sec"] = batches
+            metrics["throughput/device/samples_per_sec"] = samples / seconds
+            metrics["time/train"] = metrics["time/total"] = wct / 3600
+            metrics["time/val"] = metrics["time/eval"] = 0.0
+        t4 = ns()
+        if metrics:
+            logger.log_metrics(metrics)
+        t5 = ns()
+        if self.norm and self.nan and self.memory and self.speed:  # the whole stack's
+            for key, a, z in (("norm", t0, t1), ("losses", t1, t2), ("host and lr", t2, t3),
+                              ("window", t3, t4), ("log_metrics", t4, t5)):  # fmt: skip
+                spent.setdefault(key, []).append((z - a) / 1e3)
+
+
+def _add_least() -> list[str]:
+    """``mem+Least`` (all five), ``mem+LeastQuiet`` (its every-batch part), one per monitor."""
+    made = {
+        "mem+Least": lambda: Least(),
+        "mem+LeastQuiet": lambda: Least(log=False),
+        **{f"mem+Least{m}": (lambda m=m: Least((m,))) for m in _PARTS},
+    }
+    for variant, factory in made.items():
+        name = variant.removeprefix("mem+")
+        b.MONITORS[name] = factory
+        b.VARIANTS[variant] = lambda n, s, m=name: b.run_api(n, s, (m,), memory=True)
+        b.OVER[variant] = "mem"
+    return list(made)
 
 
 def _add_empty_variants() -> list[str]:
@@ -313,11 +357,10 @@ def main() -> None:
         _print(_rows(["bare", "bare_b", "floor", *_add_ladder(), "run"], args.cycles, args.seed))
         return
     if args.probe == "least":
-        b.MONITORS["Least"] = Least
-        b.VARIANTS["mem+Least"] = lambda n, s: b.run_api(n, s, ("Least",), memory=True)
-        b.OVER["mem+Least"] = "run"
-        variants = ["bare", "bare_b", "run", "mem", "mem+Least", "stack"]
+        variants = ["bare", "bare_b", "run", "mem", *_add_least(), "stack"]
         _print(_rows(variants, args.cycles, args.seed))
+        parts = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in Least.spent.items())
+        print(f"\n`mem+Least`'s log step, median µs in the loop: {parts}")
         return
     original = InMemoryLogger.log_metrics
     if args.mode == "drop":
