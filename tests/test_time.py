@@ -575,6 +575,23 @@ def test_timestamp_equality():
     assert Timestamp() != "not a time" and Timestamp() != 0 and Timestamp() != "0.5dur"
 
 
+def test_timestamp_is_one_value_to_walkers_of_containers():
+    # A Timestamp that is a tuple underneath (tried for speed) breaks every walker that
+    # treats tuples as containers: mask_value rebuilt it from a list and raised, and the
+    # run record and JSON rows wrote 14 bare numbers. It must stay one opaque value.
+    import json
+
+    from obsbus._run_record import json_safe
+    from obsbus.masking import mask_value
+
+    ts = Timestamp(batch=3, sample=12)
+    assert not isinstance(ts, (tuple, list))
+    masked = mask_value({"when": ts, "token": "s3cr3t"}, secrets=["s3cr3t"])
+    assert masked["when"] == ts and isinstance(masked["when"], Timestamp)
+    assert json_safe(ts) == repr(ts)
+    assert json.loads(json.dumps({"when": ts}, default=str)) == {"when": str(ts)}
+
+
 @pytest.mark.parametrize("attr", ["batch", "_batch", "total_wct", "new_field"])
 def test_timestamp_is_immutable(attr):
     ts = Timestamp(batch=3)
