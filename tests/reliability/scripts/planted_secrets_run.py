@@ -7,6 +7,12 @@ environment, in this command line and in CONFIG.json (outside the folders it
 scans): the hyperparameters, a W&B ``config=``, a bucket URI for the Profiler
 and a secret pattern to add. This script holds no secret itself. It then scans
 everything this run wrote, and this process's stdout and stderr.
+
+Every tracker waits up to CONFIG's ``close_timeout`` for its client at the end
+(on a loaded machine starting four tracker clients takes longer than the 30 s
+default, and what the deadline cuts off never reaches the store); the last line
+before ``done`` is ``undelivered {name: count}``, each tracker's
+``undelivered_writes``.
 """
 
 from __future__ import annotations
@@ -48,20 +54,27 @@ with (
     open(folder / "console.txt", "w", encoding="utf-8") as console,
     open(folder / "progress.txt", "w", encoding="utf-8") as bar,
 ):
+    wait = float(config.get("close_timeout", 30.0))
+    trackers = [
+        TensorboardLogger(close_timeout=wait),
+        WandBLogger(project="secrets", mode="offline", init_kwargs={"config": config["wandb"]},
+                    close_timeout=wait),
+        MLFlowLogger(close_timeout=wait),
+        CometMLLogger(online=False, close_timeout=wait),
+        NeptuneLogger(mode="offline", project="ws/secrets", close_timeout=wait),
+    ]  # fmt: skip
     loggers = [
         FileLogger(),
         ConsoleLogger(stream=console),
         ProgressBarLogger(stream=bar),
         LoguruLogger(),
-        TensorboardLogger(),
-        WandBLogger(project="secrets", mode="offline", init_kwargs={"config": config["wandb"]}),
-        MLFlowLogger(),
-        CometMLLogger(online=False),
-        NeptuneLogger(mode="offline", project="ws/secrets"),
+        *trackers,
     ]
     with Run(max_duration="3ba", run_folder=folder, hparams=config["hparams"],
              loggers=loggers, run_name="scan") as run:  # fmt: skip
         for i, _ in enumerate(run.train([[0]] * 3)):
             run.state.loss = torch.tensor(float(i))
 reset_logging()
+lost = {t.name: t.undelivered_writes for t in trackers}
+print("undelivered " + json.dumps(lost))
 print("done")
