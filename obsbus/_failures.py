@@ -10,6 +10,7 @@ from typing import Any
 
 from obsbus._mask_errors import mask_error
 from obsbus.errors import DestinationError
+from obsbus.masking import mask_secrets
 
 log = logging.getLogger("obsbus")
 
@@ -30,7 +31,41 @@ class FailureLog:
         self.strict = strict
         self.counts: Counter[str] = Counter()
         self.first: dict[str, str] = {}
+        #: Values a destination could not write, by ``(destination, key)``: see :meth:`skipped`.
+        self.skips: Counter[tuple[str, str]] = Counter()
+        self._why: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
+
+    @property
+    def skipped_values(self) -> int:
+        """How many values the destinations could not write, all keys together."""
+        with self._lock:
+            return sum(self.skips.values())
+
+    def skipped(
+        self, name: str, key: object, reason: str, count: int = 1, *, warn: bool = True
+    ) -> None:
+        """``name`` could not write ``count`` value(s) of ``key``: count them by key, and warn
+        the first time for each key (with ``reason``); :meth:`summary` lists them at close.
+
+        For one bad entry that a destination leaves out while it writes every other
+        value of its row (issue 34: one bad value never costs another value).
+        ``warn=False`` where the cause was reported already (a failed call).
+        """
+        label = key if isinstance(key, str) else repr(key)
+        with self._lock:
+            first = (name, label) not in self._why
+            if first:
+                self._why[name, label] = reason
+            self.skips[name, label] += count
+        if first and warn:
+            log.warning(
+                "obsbus: %s could not write %r: %s. It is skipped; the other values are "
+                "written, and each value of it skipped is counted and listed at close.",
+                name,
+                key,
+                mask_secrets(reason),
+            )
 
     def report(self, name: str, action: str, exc: BaseException) -> None:
         """Count ``exc`` for ``name``; log the first, masked (a tracker's error may quote a
@@ -71,9 +106,29 @@ class FailureLog:
             raise DestinationError(name, action, exc) from exc
 
     def summary(self) -> list[str]:
-        """One line per plug-in that failed, for the close report."""
+        """One line per plug-in that failed and one per destination that skipped values,
+        for the close report (``run-status-rank*.json`` and the report's Failures)."""
         with self._lock:
-            return [
+            lines = [
                 f"{name} failed {count} time(s); first: {self.first[name]}"
                 for name, count in sorted(self.counts.items())
             ]
+            by_name: dict[str, list[tuple[str, int]]] = {}
+            for (name, key), count in sorted(self.skips.items()):
+                by_name.setdefault(name, []).append((key, count))
+            for name, keys in by_name.items():
+                total = sum(count for _, count in keys)
+                shown = "; ".join(
+                    f"{key!r} x{count} ({mask_secrets(self._why[name, key])})"
+                    for key, count in keys[:_KEYS_SHOWN]
+                )
+                more = len(keys) - _KEYS_SHOWN
+                lines.append(
+                    f"{name} could not write {total} value(s) of {len(keys)} key(s): {shown}"
+                    + (f"; and {more} more key(s)" if more > 0 else "")
+                )
+            return lines
+
+
+#: Keys one summary line names; the rest are counted.
+_KEYS_SHOWN = 20

@@ -15,17 +15,23 @@ row:
   replaced, that hand-over queues the same list again; the writer remembers
   how many rows of each list it wrote (:attr:`HeldRows.written`) and writes
   every row once.
+
+Any thread may log (a data-loader thread, a user's monitoring thread, an
+async eval): :class:`RowHolder` appends under a lock, and a hand-over keeps
+the rows another thread appended while it ran (they go to the next list), so
+no row is appended to a list that was already handed over and then dropped.
+The training thread pays one uncontended lock a ``log_metrics`` call.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from obsbus.values import HostRows, rows_to_host_async
 
-__all__ = ["MAX_HELD_ROWS", "Backpressure", "Handed", "HeldRows", "hand_over"]
+__all__ = ["MAX_HELD_ROWS", "Backpressure", "Handed", "HeldRows", "RowHolder", "hand_over"]
 
 #: Rows held before a hand-over, whatever the write period says: it bounds the memory a run
 #: that never reaches a batch boundary (a long eval, a loop without ``run.train``) holds.
@@ -70,19 +76,70 @@ class Handed:
         return list(zip(rows[start : self.count], numbers[start:], strict=True))
 
 
-def hand_over(rows: HeldRows, submit: Callable[[Handed], object]) -> HeldRows:
-    """Queue ``rows`` with ``submit`` and return the list to hold from now on.
+class RowHolder:
+    """A destination's held rows, safe to add to from any thread.
 
-    The caller assigns the result to its held list: ``self._held =
-    hand_over(self._held, ...)``, so the list is replaced only once
-    ``submit`` returned (see the module docstring). An empty list is
-    returned as it is.
+    :meth:`add` appends under a lock; :meth:`hand_over` queues what is held
+    and starts a new list, keeping the rows other threads added meanwhile.
+    Hand-overs run one at a time. To the tests and the destination it reads
+    like the list it replaces (``len``, ``bool``, iteration over a snapshot).
     """
+
+    __slots__ = ("_handing", "_lock", "rows")
+
+    def __init__(self) -> None:
+        self.rows = HeldRows()
+        self._lock = threading.Lock()  # the list: appends and the swap
+        self._handing = threading.Lock()  # one hand-over at a time
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.rows[:])
+
+    def add(self, row: Any) -> int:
+        """Hold ``row`` (a tuple whose last item is the metrics dict); how many are held now."""
+        with self._lock:
+            rows = self.rows
+            rows.append(row)
+            held = len(rows)
+        return held
+
+    def hand_over(self, submit: Callable[[Handed], object]) -> int:
+        """Queue every held row with ``submit`` (one transfer for all values); how many.
+
+        Signal-safe (see the module): the list is replaced only after ``submit``
+        returned, and a list queued twice is written once.
+        """
+        with self._handing:
+            with self._lock:
+                rows = self.rows
+                count = len(rows)
+                values = []
+                # A plain loop, not a list comprehension: CPython 3.11 crashed (SIGSEGV) when a
+                # signal's exception was raised at the start of the comprehension's own frame
+                # (tests/loggers/test_hand_over_interrupt.py raises one at every line, CI
+                # 2026-12-03).
+                for row in rows:
+                    values.append(row[-1])
+            if count:
+                submit(Handed(rows, count, rows_to_host_async(values)))
+                with self._lock:
+                    fresh = HeldRows()
+                    fresh.extend(rows[count:])  # added by other threads since the count
+                    self.rows = fresh
+        return count
+
+
+def hand_over(rows: HeldRows, submit: Callable[[Handed], object]) -> HeldRows:
+    """Queue ``rows`` with ``submit`` and return the list to hold from now on (the
+    single-thread form :class:`RowHolder` replaces; kept until FileLogger moves to it)."""
     if not rows:
         return rows
-    # A plain loop, not a list comprehension: CPython 3.11 crashed (SIGSEGV) when a signal's
-    # exception was raised at the start of the comprehension's own frame
-    # (tests/loggers/test_hand_over_interrupt.py raises one at every line, CI 2026-12-03).
     values = []
     for row in rows:
         values.append(row[-1])

@@ -17,6 +17,8 @@ from obsbus.masking import mask_value
 from obsbus.naming import format_name
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from obsbus.state import State
 
 __all__ = ["Logger", "LoggerDestination"]
@@ -170,10 +172,22 @@ class Logger:
             self._contained(dest, action, getattr(dest, action), *args)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        """Log scalar metrics; values may be tensors and are not synced here."""
+        """Log scalar metrics; values may be tensors and are not synced here.
+
+        Safe from any thread (a data-loader thread, a monitoring thread, an
+        async eval): every built-in destination holds rows under a lock.
+
+        Raises:
+            TypeError: a key is not a ``str``. The whole call is refused, at the
+                call: a converted key (``7`` as ``'7'``, a tuple as its repr) is
+                a name nobody chose and may merge two series.
+        """
         if step is None:
             step = self._state.timestamp._batch
         metrics = dict(metrics)
+        for key in metrics:
+            if type(key) is not str:
+                check_metric_keys(metrics)
         for dest in self.destinations:  # _fan_out, inlined: this runs several times a step
             try:
                 dest.log_metrics(metrics, step)
@@ -185,6 +199,9 @@ class Logger:
         if step is None:
             step = self._state.timestamp._batch
         metrics = dict(metrics)
+        for key in metrics:
+            if type(key) is not str:
+                check_metric_keys(metrics)
         for dest in self.destinations:
             self._contained(dest, "log_metrics", dest.log_metrics, metrics, step)
 
@@ -313,6 +330,39 @@ class Logger:
     def format_name(self, template: str, **values: Any) -> str:
         """Fill the placeholders of ``template`` from the state (:func:`~obsbus.format_name`)."""
         return format_name(template, self._state, **values)
+
+
+def check_metric_keys(metrics: Mapping[Any, Any]) -> None:
+    """Raise a ``TypeError`` naming the first key of ``metrics`` that is not a ``str``, and
+    the line that logged it (the first frame outside obsbus)."""
+    for key in metrics:
+        if not isinstance(key, str):
+            raise TypeError(
+                f"Logger.log_metrics: metric keys must be str, got {key!r} "
+                f"({type(key).__name__}), logged at {_caller()}. Nothing of this call was "
+                f"logged. To fix, name the metric with a str, e.g. {_suggest(key)!r}."
+            )
+
+
+def _caller() -> str:
+    """``file:line`` of the nearest frame that is not obsbus's own."""
+    import sys
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame = frame.f_back
+    if frame is None:
+        return "an unknown line"
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def _suggest(key: object) -> str:
+    if isinstance(key, (tuple, list)):
+        return "/".join(str(part) for part in key)
+    if isinstance(key, bytes):
+        return key.decode("utf-8", "replace")
+    return str(key)
 
 
 def _name_apart(destinations: Sequence[LoggerDestination]) -> None:

@@ -107,6 +107,12 @@ class BackgroundWriter:
         # How many writes had finished when a wait for them gave up (see ``stalled``).
         self._gave_up_at: int | None = None
 
+    def report_to(self, failures: FailureLog) -> None:
+        """Count this writer's failures in ``failures`` (the run's, which the logger
+        summarizes at close and RunReport writes to ``run-status-rank*.json``) from now on."""
+        self.failures = check_instance("BackgroundWriter", "failures", failures, FailureLog)
+        self._owns_failures = False
+
     @property
     def failure_count(self) -> int:
         """How many writes raised."""
@@ -159,7 +165,8 @@ class BackgroundWriter:
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Queue ``fn(*args)``; blocks (and reports once) when the queue is full."""
         worker = self._ensure_worker()
-        worker.submitted += 1
+        with self._lock:  # any thread may submit: a lost increment would hide a lost write
+            worker.submitted += 1
         item = (fn, args)
         try:
             worker.queue.put_nowait(item)
@@ -181,11 +188,13 @@ class BackgroundWriter:
         count a write rather than let a stuck backend stop training.
         """
         worker = self._ensure_worker()
-        worker.submitted += 1
+        with self._lock:
+            worker.submitted += 1
         try:
             worker.queue.put((fn, args), timeout=timeout)
         except queue.Full:
-            worker.submitted -= 1
+            with self._lock:
+                worker.submitted -= 1
             return False
         return True
 

@@ -45,7 +45,6 @@ class CometClient(TrackerClient):
         self.offline_directory, self.exp_kwargs = offline_directory, exp_kwargs
         self.offline_dir: Path | None = None  # known at init
         self.experiment: Any = None
-        self._not_numbers: set[str] = set()
 
     @override
     def prepare(self, state: State, logger: Logger) -> None:
@@ -116,7 +115,7 @@ class CometClient(TrackerClient):
             if isinstance(value, (int, float)):
                 numbers[key] = int(value) if isinstance(value, bool) else value
             else:
-                skip_not_a_number(self._not_numbers, "CometMLLogger logs", key, value)
+                skip_not_a_number(self.skip, "CometMLLogger logs", key, value)
         if numbers:
             self.experiment.log_metrics(numbers, step=step)
 

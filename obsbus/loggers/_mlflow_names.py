@@ -82,12 +82,14 @@ class KeyNames:
         ('loss/train', True)
     """
 
-    __slots__ = ("_kind", "_names", "_owners")
+    __slots__ = ("_kind", "_names", "_owners", "renamed")
 
     def __init__(self, kind: str) -> None:
         self._kind = kind
         self._names: dict[str, str] = {}  # key -> MLflow name
         self._owners: dict[str, str] = {}  # MLflow name -> the key that has it
+        #: Each key logged under another name -> that name (recorded in the run folder).
+        self.renamed: dict[str, str] = {}
 
     def __call__(self, key: str) -> str:
         """The MLflow name of ``key``."""
@@ -121,6 +123,8 @@ class KeyNames:
                 taken,
             )
         self._owners[name] = key
+        if name != key:
+            self.renamed[key] = name
         return name
 
 

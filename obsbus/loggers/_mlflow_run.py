@@ -119,16 +119,8 @@ class MlflowRun:
         entries = []
         for key, value in values.items():
             number = metric_value(value)
-            if number is None:
+            if number is None:  # the client counted it by key (TrackerClient.skip)
                 self.skipped += 1
-                if self.skipped == 1:
-                    log.warning(
-                        "obsbus: MLFlowLogger skips metric %r at step %d: %r is not one number "
-                        "(MLflow metrics are numbers; further skips are counted).",
-                        key,
-                        step,
-                        value,
-                    )
                 continue
             entries.append((self.metric_names(key), number, now, int(step)))
         with self.lock:

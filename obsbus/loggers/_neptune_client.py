@@ -137,23 +137,23 @@ class NeptuneClient(TrackerClient):
                 value = float(value)  # bools and numpy scalars
             if isinstance(value, (int, float)):
                 if not math.isfinite(value):
-                    self._warn_once(path, "skips non-finite values of %r (first: %r at step %d).",
-                                    path, value, step)  # fmt: skip
+                    first = f"first: {value!r} at step {step}"
+                    self.skip(
+                        key, f"Neptune series take finite numbers, not non-finite ones ({first})"
+                    )
                     continue
             elif not isinstance(value, str):
-                self._warn_once(path, "skips %r: %s values are not numbers or strings.",
-                                path, type(value).__name__)  # fmt: skip
+                self.skip(key, f"{type(value).__name__} values are not numbers or strings")
                 continue
             if step <= self._last_step.get(path, -1):
                 self.late_values += 1
-                self._warn_once(f"late:{path}", "dropped %r at step %d: Neptune series need "
-                                "increasing steps and step %d was written.", path, step,
-                                self._last_step[path])  # fmt: skip
+                last = self._last_step[path]
+                self.skip(key, f"Neptune series need increasing steps; {step} came after {last}")
                 continue
             try:
                 self.run[path].append(value, step=step)
             except Exception as exc:  # e.g. a key that is also a namespace of another key
-                self._warn_once(path, "could not log %r: %s", path, exc)
+                self.skip(key, f"could not log {path!r}: {exc}")
                 continue
             self._last_step[path] = step
 

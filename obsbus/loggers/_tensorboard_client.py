@@ -59,7 +59,6 @@ class TensorboardClient(TrackerClient):
         self._last_step = 0
         self._start_time = 0.0
         self._wanted: dict[str, bool] = {}
-        self._not_numbers: set[str] = set()
 
     @override
     def prepare(self, state: State, logger: Logger) -> None:
@@ -109,7 +108,7 @@ class TensorboardClient(TrackerClient):
                 continue
             number = as_number(value)
             if number is None:
-                skip_not_a_number(self._not_numbers, "TensorboardLogger writes", key, value)
+                skip_not_a_number(self.skip, "TensorboardLogger writes", key, value)
                 continue
             scalars[key] = number
             if self.log_validation_ppl and key.startswith("metrics/") and key.endswith("/loss"):

@@ -27,6 +27,7 @@ the same names, and the same defaults but MLflow's ``logging_rank="last"``), mos
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -35,7 +36,7 @@ from typing import Any, Literal
 from typing_extensions import override
 
 from obsbus._check import check_bool, check_instance, check_seconds, did_you_mean
-from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_over
+from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, RowHolder
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers._images import image_arrays
@@ -55,6 +56,8 @@ log = logging.getLogger("obsbus")
 #: Rows (``log_metrics`` calls) held before a hand-over whatever ``write_period`` says
 #: (:data:`obsbus._held.MAX_HELD_ROWS`, which FileLogger shares).
 MAX_HELD_STEPS = MAX_HELD_ROWS
+#: The largest float64: an int beyond it can't be a tracker's number (it would become inf).
+_FLOAT_MAX = int(sys.float_info.max)
 
 
 class TrackerDestination(LoggerDestination):
@@ -125,7 +128,8 @@ class TrackerDestination(LoggerDestination):
         self._writer = BackgroundWriter(cls, max_queue_size=max_queue_size)
         self._state: State | None = None
         self._logger: Logger | None = None
-        self._held = HeldRows()  # (step, metrics) per log_metrics call
+        self._held = RowHolder()  # (step, metrics) per log_metrics call, from any thread
+        self._renamed: set[str] = set()  # reserved keys renamed, warned once each
         self._pressure = Backpressure()
         self._active = False
         self._started = False
@@ -284,6 +288,8 @@ class TrackerDestination(LoggerDestination):
     def init(self, state: State, logger: Logger) -> None:
         self.client.prepare(state, logger)
         self._state, self._logger = state, logger
+        self._writer.report_to(logger.failures)
+        self.client.skip = self._skip
         self._active = not self.rank_zero_only or state.rank == self._chosen_rank(state.world_size)
         if not self._active or self._started:
             return
@@ -298,16 +304,16 @@ class TrackerDestination(LoggerDestination):
             start_step=state.timestamp._batch,
             every_rank=not self.rank_zero_only,
             report=self._report,
+            skip=self._skip,
         )
         self._submit(self._start_client, info)
 
     @override
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        if self._active:
-            held = self._held
-            held.append((self._step_now(step), dict(metrics)))
-            if len(held) >= MAX_HELD_STEPS:  # no batch boundary may come: bound the memory
-                self._hand_over()
+        if self._active and self._held.add((self._step_now(step), dict(metrics))) >= (
+            MAX_HELD_STEPS
+        ):
+            self._hand_over()  # no batch boundary may come: bound the memory
 
     @override
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
@@ -375,6 +381,9 @@ class TrackerDestination(LoggerDestination):
     def _report(self, what: str, exc: BaseException) -> None:
         self._writer.failures.report(self.name, what, exc)
 
+    def _skip(self, key: object, reason: str) -> None:
+        self._writer.failures.skipped(self.name, key, reason)
+
     def flush(self) -> None:
         """Hand everything held to the writer and queue the client's ``flush`` (no wait)."""
         self._hand_over_and_flush()
@@ -386,10 +395,11 @@ class TrackerDestination(LoggerDestination):
         """
         if self._held:
             self._period.handed_over()
-            rows = len(self._held)
-            self._held = hand_over(self._held, self._submit_rows)
+            rows = self._held.hand_over(self._submit_rows)
             queue = self._writer.try_submit  # a client that falls behind holds about two caps
-            if not self._pressure.handed(rows, lambda fn: queue(fn, timeout=0.0), self._budget()):
+            if rows and not self._pressure.handed(
+                rows, lambda fn: queue(fn, timeout=0.0), self._budget()
+            ):
                 self._writer.gave_up()  # a hung client: wait no more
 
     def _submit_rows(self, handed: Handed) -> None:
@@ -401,18 +411,78 @@ class TrackerDestination(LoggerDestination):
             self._hand_over()
 
     def _write_held(self, handed: Handed) -> None:
-        """Consecutive rows of one step with different keys go to the client as one call."""
+        """Consecutive rows of one step with different keys go to the client as one call.
+
+        Each value is checked first (:meth:`_storable`): one the tracker can't
+        store is skipped and counted by key, and the rest of its row is sent.
+        A call the client still fails is reported and its values counted by
+        key; the calls after it are made.
+        """
         row: dict[str, Any] = {}
         row_step = 0
         for (step, _), values in handed.claim():
+            values = self._storable(values)
             if row and (step != row_step or not row.keys().isdisjoint(values)):
-                self._client_log_metrics(row, row_step)
+                self._send_row(row, row_step)
                 row = {}
             row_step = step
             row.update(values)
         if row:
-            self._client_log_metrics(row, row_step)
-        self.client.metrics_done()
+            self._send_row(row, row_step)
+        try:
+            self.client.metrics_done()
+        except Exception as exc:
+            self._report("metrics_done", exc)
+
+    def _send_row(self, row: dict[str, Any], step: int) -> None:
+        try:
+            self._client_log_metrics(row, step)
+        except Exception as exc:  # the backend refused the call: its values are counted
+            self._report("log_metrics", exc)
+            failures = self._writer.failures
+            for key in row:
+                failures.skipped(self.name, key, f"the tracker raised {exc!r}", warn=False)
+
+    def _storable(self, values: dict[Any, Any]) -> dict[str, Any]:
+        """``values`` without what no tracker stores (a key that is not a str, ``None``, an int
+        beyond float64), counted by key; a key the tracker keeps for itself is renamed."""
+        reserved = self.client.reserved_keys
+        for key, value in values.items():
+            kind = type(value)
+            if (
+                type(key) is not str
+                or value is None
+                or (kind is int and not -_FLOAT_MAX <= value <= _FLOAT_MAX)
+                or key in reserved
+            ):
+                break
+        else:
+            return values  # the usual row: a few type checks
+        kept: dict[str, Any] = {}
+        for key, value in values.items():
+            if not isinstance(key, str):
+                self._skip(key, f"its key is a {type(key).__name__}, not a str")
+            elif value is None:
+                self._skip(key, "None is not a number")
+            elif isinstance(value, int) and not -_FLOAT_MAX <= value <= _FLOAT_MAX:
+                self._skip(key, f"an int of {len(str(abs(value)))} digits is beyond float64")
+            elif key in reserved:
+                kept[self._renamed_key(key)] = value
+            else:
+                kept[key] = value
+        return kept
+
+    def _renamed_key(self, key: str) -> str:
+        name = f"metric:{key}"
+        if key not in self._renamed:
+            self._renamed.add(key)
+            log.warning(
+                "obsbus: %s: %r is a column of the tracker's own; the metric is logged as %r.",
+                self.name,
+                key,
+                name,
+            )
+        return name
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:

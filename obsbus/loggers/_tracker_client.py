@@ -45,6 +45,10 @@ def _no_report(what: str, exc: BaseException) -> None:
     """Where a client's own background errors go when no destination said."""
 
 
+def _no_skip(key: object, reason: str) -> None:
+    """Where a client's skipped values go when no destination said."""
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """What a tracker client needs to start, copied from the state at ``init``."""
@@ -59,6 +63,9 @@ class RunInfo:
     every_rank: bool = False
     #: Reports an error a client hits on a thread of its own (a timer), as the writer's are.
     report: Callable[[str, BaseException], None] = _no_report
+    #: Counts a value the client could not write, by key (``skip(key, reason)``): warned once
+    #: per key, listed at close, in ``run-status-rank*.json`` and the report's Failures.
+    skip: Callable[[object, str], None] = _no_skip
 
 
 class TrackerClient:
@@ -74,6 +81,11 @@ class TrackerClient:
     #: (``None``: guessed from the shape), and whether images come as ``uint8``.
     channels_last: bool | None = None
     uint8_images: bool = False
+    #: Metric keys the tracker uses for columns of its own (W&B's ``_step``): a metric of
+    #: one of these names reaches :meth:`log_metrics` as ``metric:<name>``, warned once.
+    reserved_keys: frozenset[str] = frozenset()
+    #: Set from :attr:`RunInfo.skip` before :meth:`start`: count a value not written.
+    skip: Callable[[object, str], None] = staticmethod(_no_skip)
 
     # ------------------------------------------------------- training thread
     def prepare(self, state: State, logger: Logger) -> None:
@@ -149,16 +161,12 @@ class ClientAttribute:
         setattr(obj.client, self.attr, value)
 
 
-def skip_not_a_number(seen: set[str], who: str, key: str, value: object) -> None:
-    """Warn that a client that stores numbers only skips ``key`` (once per key: ``seen``).
+def skip_not_a_number(
+    skip: Callable[[object, str], None], who: str, key: str, value: object
+) -> None:
+    """Count ``key``'s value as skipped by a client that stores numbers only.
 
-    ``who`` is the tracker and its verb, e.g. ``"TensorboardLogger writes"``.
+    ``who`` is the tracker and its verb, e.g. ``"TensorboardLogger writes"``;
+    ``skip`` is the client's :attr:`TrackerClient.skip` (warned once per key).
     """
-    if key not in seen:
-        seen.add(key)
-        log.warning(
-            "obsbus: %s numbers only; %r is a %s and is skipped (reported once per key).",
-            who,
-            key,
-            type(value).__name__,
-        )
+    skip(key, f"{who} numbers only, and this value is a {type(value).__name__}")

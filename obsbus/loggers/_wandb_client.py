@@ -46,6 +46,9 @@ def _artifact_type(remote_file_name: str) -> str:
 class WandBClient(TrackerClient):
     """One W&B run: ``wandb.init`` at start, ``run.log`` at the obsbus step, ``run.finish``."""
 
+    #: W&B's own columns: a metric of such a name would be dropped (``metric:_step`` instead).
+    reserved_keys = frozenset({"_step", "_runtime", "_timestamp"})
+
     def __init__(
         self,
         *,
@@ -144,12 +147,14 @@ class WandBClient(TrackerClient):
 
     @override
     def log_metrics(self, values: dict[str, Any], step: int) -> None:
-        data = {key: value for key, value in values.items() if value is not None}
-        if data and step < self._step:
-            for key in data:
+        # None, keys that are not str and ints beyond float64 never come (TrackerDestination).
+        if values and step < self._step:
+            for key in values:
                 self._late(repr(key), step)
-        elif data:
-            self._log(data, step)
+                self.skip(key, f"W&B steps only increase, and step {step} came after "
+                               f"step {self._step}")  # fmt: skip
+        elif values:
+            self._log(values, step)
 
     def _log_media(self, name: str, value: Any, step: int) -> None:
         if step < self._step:

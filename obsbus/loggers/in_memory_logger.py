@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,6 +50,17 @@ class InMemoryLogger(LoggerDestination):
         self.traces: dict[str, Any] = {}
         self.tables: dict[str, dict[str, Any]] = {}
         self.images: list[tuple[str, int | None, Any]] = []
+        # Any thread may log: a key's values and steps are appended together, under it.
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_lock"]  # a lock does not pickle or deep-copy
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     @override
     def init(self, state: State, logger: Logger) -> None:
@@ -62,17 +74,18 @@ class InMemoryLogger(LoggerDestination):
         # Run logs the loss here every step: appends only (no new list per key per call).
         timestamp = self.state.timestamp if self.state is not None else Timestamp()
         data, steps, recent = self.data, self.steps, self.most_recent_timestamps
-        for key, value in metrics.items():
-            series = data.get(key)
-            if series is None:
-                series = data[key] = []
-            series.append((timestamp, value))
-            at = steps.get(key)
-            if at is None:
-                at = steps[key] = []
-            at.append(step)
-            recent[key] = timestamp
-        self.most_recent_values.update(metrics)
+        with self._lock:
+            for key, value in metrics.items():
+                series = data.get(key)
+                if series is None:
+                    series = data[key] = []
+                series.append((timestamp, value))
+                at = steps.get(key)
+                if at is None:
+                    at = steps[key] = []
+                at.append(step)
+                recent[key] = timestamp
+            self.most_recent_values.update(metrics)
 
     @override
     def log_hyperparameters(self, hyperparameters: Mapping[str, Any]) -> None:
