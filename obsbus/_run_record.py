@@ -1,4 +1,4 @@
-"""The run's own record in ``config/``, written once at ``init``.
+"""The run's own record in ``config/``, written once, when ``init`` has run.
 
 Files, in ``state.run_folder.config_dir``, each written whole (a temporary
 file renamed into place), so a crashed run's folder holds complete files:

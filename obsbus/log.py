@@ -52,6 +52,17 @@ drops the time from stderr lines, files always keep it) and
 terminal). Any other value is a :class:`ValueError` when
 :func:`setup_logging` is called.
 
+**Another run's logs.** The files are this run's: if they are already there,
+written by another process (an earlier run of the same name), the call is
+refused with a :class:`FileExistsError` before anything is written, as
+FileLogger refuses, unless ``resume=True`` (restarting a run: the lines are
+appended). A file is created (``open(path, "x")``) before loguru opens it,
+so of two processes that set up one folder at the same instant exactly one
+gets it. A second call while obsbus's sinks write the same files goes on
+writing them; after :func:`reset_logging` the files are an earlier run's, and
+setting them up again takes ``resume=True`` (a notebook that runs its cell
+again must not add a refused run's lines to the last run's log).
+
 Calling it twice, or next to your own loguru configuration: obsbus remembers
 the handler ids it added. A second call adds the new sinks first and then
 removes only obsbus's earlier ones, so if it raises, the earlier setup stays.
@@ -141,6 +152,8 @@ class _Installed:
         self.root_handlers: list[logging.Handler] = []
         self.root_level = logging.WARNING
         self.logger: Logger | None = None
+        #: The log files obsbus's sinks write now: a second call may take them again.
+        self.owned: set[Path] = set()
 
 
 _installed = _Installed()
@@ -312,6 +325,7 @@ def setup_logging(
     enqueue: bool = _ENQUEUE_DEFAULT,
     stderr: bool = True,
     intercept: bool = True,
+    resume: bool = False,
 ) -> Logger:
     """Set up loguru for this process: per-rank level files, stderr, intercept.
 
@@ -336,11 +350,14 @@ def setup_logging(
         enqueue: write files from loguru's background thread instead of the caller's.
         stderr: add the stderr sink.
         intercept: forward the standard :mod:`logging` module to loguru.
+        resume: append to log files another process wrote (restarting a run).
 
     Returns:
         loguru's logger, bound with this process's context.
 
     Raises:
+        FileExistsError: a log file is there, written by another process (a
+            run of the same name), and ``resume`` is not set; nothing is written.
         TypeError, ValueError: a bad argument or environment value, before
             anything is changed. A ``rotation`` or ``retention`` loguru can't
             parse is found when the files are added: the sinks added so far are
@@ -361,7 +378,7 @@ def setup_logging(
 
     folder = run_folder if isinstance(run_folder, RunFolder) else RunFolder(run_folder)
     for name, flag in (("is_head", is_head), ("enqueue", enqueue), ("stderr", stderr),
-                       ("intercept", intercept)):  # fmt: skip
+                       ("intercept", intercept), ("resume", resume)):  # fmt: skip
         check_bool("setup_logging", name, flag)
     for name, text in (("team", team), ("user", user), ("exp", exp), ("node_ip", node_ip)):
         check_optional_str("setup_logging", name, text, allow_empty=True)
@@ -395,14 +412,14 @@ def setup_logging(
     with _lock:
         new_ids: list[int] = []
         files: list[str] = []
+        paths = [Path(log_dir, name) for name, _ in _level_files(file_no)]
+        made = [] if resume else _claim(paths)
         try:
-            for index, (name, no) in enumerate(_FILES):
-                if index + 1 < len(_FILES) and _FILES[index + 1][1] <= file_no:
-                    continue  # a file above already starts at or below the file level
-                files.append(f"{name}.log")
+            for name, no in _level_files(file_no):
+                files.append(name)
                 new_ids.append(
                     logger.add(
-                        Path(log_dir, f"{name}.log"),
+                        Path(log_dir, name),
                         level=file_no if len(files) == 1 else no,  # the lowest file takes the rest
                         format=_with_context(_FILE_FORMAT, context),
                         rotation=rotation,
@@ -427,6 +444,7 @@ def setup_logging(
         except (TypeError, ValueError) as exc:
             for handler_id in new_ids:
                 logger.remove(handler_id)
+            _unmake(made)
             raise type(exc)(
                 f"setup_logging could not add its sinks (rotation={rotation!r}, "
                 f"retention={retention!r}): {exc}. Accepted: rotation like '100 MB' or '1 day', "
@@ -435,7 +453,9 @@ def setup_logging(
         except BaseException:
             for handler_id in new_ids:
                 logger.remove(handler_id)
+            _unmake(made)
             raise
+        _installed.owned = set(paths)
         _remove_ids(_installed.handler_ids)
         _installed.handler_ids = new_ids
         if not _installed.removed_default and _remove_ids([_installed.default_sink_id]):
@@ -454,6 +474,55 @@ def setup_logging(
         f"from level {stderr_name}" if stderr else "off",
     )
     return bound
+
+
+def _level_files(file_no: int) -> list[tuple[str, int]]:
+    """``(file name, level)`` of the files written from level ``file_no``.
+
+    A file whose next file up already starts at or below ``file_no`` is not made.
+    """
+    return [
+        (f"{name}.log", no)
+        for index, (name, no) in enumerate(_FILES)
+        if index + 1 == len(_FILES) or _FILES[index + 1][1] > file_no
+    ]
+
+
+def _taken(path: Path) -> FileExistsError:
+    return FileExistsError(
+        f"setup_logging: {str(path)!r} already exists. To fix, pass resume=True to append "
+        "to it (restarting a run), or use another run name or run folder."
+    )
+
+
+def _claim(paths: list[Path]) -> list[Path]:
+    """Create the log files of ``paths`` obsbus's sinks do not write now, or refuse.
+
+    Returns the files created. Another process's file (an earlier run's) is a
+    :class:`FileExistsError`, raised before anything is written; ``open(path,
+    "x")`` makes the check and the creation one step, so of two processes
+    starting at once one gets the files and the other the same error.
+    """
+    todo = [path for path in paths if path not in _installed.owned]
+    for path in todo:
+        if path.exists():
+            raise _taken(path)
+    made: list[Path] = []
+    try:
+        for path in todo:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "x", encoding="utf-8"):
+                made.append(path)
+    except FileExistsError:
+        _unmake(made)
+        raise _taken(path) from None
+    return made
+
+
+def _unmake(made: list[Path]) -> None:
+    """Remove the empty files :func:`_claim` created for a setup that did not happen."""
+    for path in made:
+        path.unlink(missing_ok=True)
 
 
 def _remove_ids(ids: list[int]) -> bool:
@@ -521,6 +590,7 @@ def reset_logging() -> None:
 
         _remove_ids(_installed.handler_ids)
         _installed.handler_ids = []
+        _installed.owned = set()
         _uninstall_intercept()
         if _installed.removed_default:
             # loguru's own default, except that it finds sys.stderr when it writes.

@@ -22,7 +22,7 @@ from obsbus._run_args import (
     check_optimizers,
     check_profiler,
 )
-from obsbus._run_record import write_run_record
+from obsbus._run_start import start_run
 from obsbus._signals import sigterm_as_exception
 from obsbus._state_args import check_precision
 from obsbus.callback import Callback
@@ -290,11 +290,9 @@ class Run:
         self._loss_parts: list[tuple[Any, float | None]] = []
         self._eval_loss: Any = None
         self._eval_count = 0
-        write_run_record(self.state, self.state.callbacks, profiler=profiler)
-        for event in (Event.INIT, Event.BEFORE_LOAD, Event.AFTER_LOAD):
-            self.engine.run_event(event)
-        if self.state.hparams:
-            self.logger.log_hyperparameters(self.state.hparams)
+        # Claims the run's files before anything is written: a run refused for its name
+        # leaves the folder of the run that has it as it was (obsbus._run_start).
+        start_run(self.state, self.engine, self.logger, profiler)
 
     # ------------------------------------------------------------------ fit
     @contextmanager

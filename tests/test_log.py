@@ -392,7 +392,7 @@ def test_reset_then_setup_again_has_one_stderr_sink(tmp_path, capsys):
     reset_logging()
     logger.info("default sink back")
     assert capsys.readouterr().err.count("default sink back") == 1
-    setup_logging(tmp_path).info("once")
+    setup_logging(tmp_path, resume=True).info("once")  # the files are the reset setup's
     setup_logging(tmp_path).info("twice")
     assert re.findall(r" - (\w+)$", capsys.readouterr().err, flags=re.M) == ["once", "twice"]
 
@@ -401,7 +401,7 @@ def test_user_removing_all_sinks_is_tolerated(tmp_path):
     setup_logging(tmp_path, stderr=False)
     logger.remove()  # the user's own reconfiguration drops obsbus's sinks too
     reset_logging()  # nothing left to remove: no error
-    setup_logging(tmp_path, stderr=False).info("works again")
+    setup_logging(tmp_path, stderr=False, resume=True).info("works again")
     reset_logging()
     assert "works again" in read(tmp_path, "info.log")
 

@@ -67,7 +67,7 @@ from obsbus._batch import default_num_samples, default_num_tokens
 from obsbus._check import check_bool, check_callable, check_mapping, is_number
 from obsbus._loss import combine_losses, detached, loss_metrics
 from obsbus._run_args import check_callbacks, check_loggers, check_profiler
-from obsbus._run_record import write_run_record
+from obsbus._run_start import start_run
 from obsbus.callback import Callback
 from obsbus.engine import Engine
 from obsbus.event import Event
@@ -184,11 +184,7 @@ class ObsbusCallback(pl.Callback):  # type: ignore[misc]
         method = getattr(pl_module, "flops_per_batch", None)
         self._flops = self._flops_arg or (method if callable(method) else None)
         self._initialized = True
-        write_run_record(state, state.callbacks, profiler=self._profiler)
-        for event in (_E.INIT, _E.BEFORE_LOAD, _E.AFTER_LOAD):
-            self.engine.run_event(event)
-        if state.hparams:
-            self.logger.log_hyperparameters(state.hparams)
+        start_run(state, self.engine, self.logger, self._profiler)  # claims files first
 
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         state = self.state

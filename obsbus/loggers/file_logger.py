@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -193,6 +194,7 @@ class FileLogger(LoggerDestination):
         self._text: TextIO | None = None
         self._jsonl: TextIO | None = None
         self._paths: list[Path] = []
+        self._made: list[Path] = []  # files and folders the last claim created
         self._tees: list[tuple[str, TextIO]] = []
         self._uploaded_once = False
 
@@ -223,8 +225,21 @@ class FileLogger(LoggerDestination):
     # ----------------------------------------------------------- lifecycle
     @override
     def init(self, state: State, logger: Logger) -> None:
-        self._state, self._logger = state, logger
         self._remote.init(state, logger)
+        self.claim_files(state, logger)  # a no-op when the run claimed them before init
+        self._install_capture()
+
+    def claim_files(self, state: State, logger: Logger) -> None:
+        """Create (or, with ``resume``/``overwrite``, open) this rank's files, or refuse.
+
+        A run calls it before it writes anything, so a run refused for its
+        name leaves the other run's folder as it was; ``init`` calls it too.
+
+        Raises:
+            FileExistsError: a file is there and neither ``resume`` nor
+                ``overwrite`` is set (another run has the name).
+        """
+        self._state, self._logger = state, logger
         names = [self.filename] + ([self.jsonl_filename] if self.jsonl_filename else [])
         paths = [state.run_folder.resolve(logger.format_name(n)) for n in names]
         for path in paths:
@@ -240,6 +255,7 @@ class FileLogger(LoggerDestination):
         # folder gets the error above instead of both passing the check and one overwriting
         # the other's metrics.
         mode = "a" if self.resume else "w" if self.overwrite else "x"
+        made = [p for path in paths for p in (*reversed(path.parents), path) if not p.exists()]
         for path in paths:
             path.parent.mkdir(parents=True, exist_ok=True)
             if self.resume:
@@ -257,11 +273,21 @@ class FileLogger(LoggerDestination):
                 f.close()
                 Path(f.name).unlink(missing_ok=True)
             raise _exists(path) from None
-        self._paths = paths
+        self._paths, self._made = paths, list(dict.fromkeys(made))
         self._text = opened[0]
         if len(opened) > 1:
             self._jsonl = opened[1]
-        self._install_capture()
+
+    def release_files(self) -> None:
+        """Close the files and remove those :meth:`claim_files` created (the run did not start)."""
+        self._close_files()
+        for path in reversed(self._made):
+            with contextlib.suppress(OSError):  # a folder someone else wrote into stays
+                if path.is_dir():
+                    path.rmdir()
+                else:
+                    path.unlink()
+        self._paths, self._made = [], []
 
     def _install_capture(self) -> None:
         for tag, wanted in (("stdout", self.capture_stdout), ("stderr", self.capture_stderr)):

@@ -217,13 +217,19 @@ class JSONTraceHandler(TraceHandler):
                 "no Profiler. To fix, pass profiler=Profiler(schedule, [JSONTraceHandler()]) to "
                 "the Trainer or Run instead of the handler in callbacks."
             )
+        self.claim_files(state, logger)
+        self._remote.init(state, logger)
+
+    def claim_files(self, state: State, logger: Logger) -> None:
+        """Refuse the run, before it writes anything, if the folder holds another run's traces."""
+        if state.profiler is None:
+            return  # init says what is wrong
         self._state, self._logger = state, logger
         folder = check_folder_at_init(
             "JSONTraceHandler", "folder", self._path(state, logger, "x").parent
         )
         if not self.overwrite:
             refuse_held_traces("JSONTraceHandler", folder, ["*.json"])
-        self._remote.init(state, logger)
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:

@@ -198,6 +198,13 @@ class TorchProfiler(Callback):
         if self.folder is None:
             return
         self._actions = tt.torch_actions()
+        self.claim_files(state, logger)
+        self._remote.init(state, logger)
+
+    def claim_files(self, state: State, logger: Logger) -> None:
+        """Refuse the run, before it writes anything, if the folder holds another run's traces."""
+        if self.folder is None:
+            return
         folder = check_folder_at_init(
             "TorchProfiler",
             "folder (Profiler torch_prof_folder)",
@@ -207,7 +214,6 @@ class TorchProfiler(Callback):
             refuse_held_traces(
                 "TorchProfiler", folder, ["*.json", "*.json.gz"], "torch_prof_overwrite"
             )
-        self._remote.init(state, logger)
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:
