@@ -61,6 +61,7 @@ from typing import Any
 
 from obsbus._collect_env_probes import run_tool
 from obsbus._init_args import init_args
+from obsbus._units import units_record
 from obsbus.errors import ObsbusWarning
 from obsbus.masking import mask_argv, mask_secrets, mask_value
 
@@ -283,6 +284,7 @@ def write_run_record(
     run = run_record(state)
     _write(folder / "run.json", lambda: run)
     _write(folder / "plugins.json", lambda: plugins_record(listed, profiler))
+    _write(folder / "units.json", lambda: units_record(listed))
     _write(folder / "resolved.yaml", lambda: resolved_yaml(state, listed, profiler))
     _write(folder / "hparams.json", lambda: mask_value(json_safe(hparams)))
     _write(folder / "env.json", _env)

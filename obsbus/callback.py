@@ -32,7 +32,8 @@ class Callback:
 
     Beyond the hooks: :meth:`close` (release resources; runs once, at the end),
     :meth:`post_close` (after every plug-in closed), :meth:`state_dict` and
-    :meth:`load_state_dict` (resume).
+    :meth:`load_state_dict` (resume), and :meth:`metric_units` (the units of
+    the keys it logs, which the console and the report show).
 
     Example:
         >>> from typing_extensions import override
@@ -213,6 +214,33 @@ class Callback:
 
     def post_close(self) -> None:
         """After every plug-in closed, if this one's ``close`` succeeded."""
+
+    def metric_units(self) -> dict[str, str]:
+        """The units of the metric keys this plug-in logs: key or pattern -> unit.
+
+        A key is an exact metric key (``"time/train"``) or an :mod:`fnmatch`
+        pattern (``"memory/*_mem"``, ``"throughput/*samples_per_sec"``); a
+        unit is a short string: ``"s"``, ``"min"``, ``"h"``, ``"d"``, ``"B"``,
+        ``"GB"``, ``"GiB"``, ``"MB/s"``, ``"%"``, ``"samples/s"``,
+        ``"tokens/s"``, ``"batches/s"``, ``"flops/s"``... It may depend on the
+        instance (``SpeedMonitor(time_unit="hours")`` says ``"h"`` for its
+        ``time/*`` keys). An exact key wins over a pattern, and the longest
+        matching pattern over shorter ones. A key with no declared unit is
+        shown with none: declare no unit for a ratio or a count.
+
+        The run writes every plug-in's units, merged, to
+        ``config/units.json`` at start; the console and the run report show
+        them after each value. Default: no units.
+
+        Example:
+            >>> class Latency(Callback):
+            ...     def metric_units(self):
+            ...         return {"latency/*": "ms"}
+            >>> from obsbus._units import unit_of
+            >>> unit_of("latency/p99", Latency().metric_units())
+            'ms'
+        """
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         """What this callback needs to resume; must be picklable."""

@@ -8,7 +8,7 @@ import pytest
 
 from obsbus import Callback, Event
 
-NON_HOOKS = {"run_event", "close", "post_close", "state_dict", "load_state_dict"}
+NON_HOOKS = {"run_event", "close", "post_close", "state_dict", "load_state_dict", "metric_units"}
 
 DESIGN_ORDER = """init before_load after_load fit_start iteration_start epoch_start
 before_dataloader after_dataloader batch_start before_train_batch before_forward after_forward

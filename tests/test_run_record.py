@@ -18,8 +18,8 @@ from obsbus.callbacks import SpeedMonitor
 from obsbus.errors import ObsbusWarning
 from obsbus.loggers import FileLogger
 
-FILES = {"run.json", "plugins.json", "resolved.yaml", "hparams.json", "env.json", "git.json",
-         "packages.txt", "system.json"}  # fmt: skip
+FILES = {"run.json", "plugins.json", "units.json", "resolved.yaml", "hparams.json", "env.json",
+         "git.json", "packages.txt", "system.json"}  # fmt: skip
 ENV_SECRETS = {
     "MY_API_TOKEN": "tok-5566778899",
     "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",

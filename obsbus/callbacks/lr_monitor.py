@@ -53,7 +53,8 @@ class LRMonitor(Callback):
     clone, so a scheduler changing it in place later does not change what
     was logged) and is not synced here.
 
-    Keys (unit: the optimizer's learning rate, as in ``param_groups``):
+    Keys (unit: the optimizer's learning rate, as in ``param_groups``; no unit
+    is declared, so the console and the report show none):
 
     - ``lr-{OptimizerClass}/group{i}``: the learning rate of parameter group
       ``i`` (from 0) of the optimizer, e.g. ``lr-AdamW/group0``.

@@ -93,7 +93,8 @@ class OptimizerMonitor(Callback):
     parameters.
 
     Keys (L2 norms are in the units of the gradients and parameters, as
-    float32 0-d tensors, float64 when any tensor is float64; floats on the CPU, above):
+    float32 0-d tensors, float64 when any tensor is float64; floats on the CPU, above;
+    no unit is declared, so the console and the report show none):
 
     - ``l2_norm/grad/global``: the L2 norm of all gradients taken as one
       vector (what ``torch.nn.utils.get_total_norm`` returns).

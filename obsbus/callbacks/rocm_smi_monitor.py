@@ -79,7 +79,7 @@ class RocmSmiMonitor(Callback):
     warning; pass ``device_index`` then.
 
     Keys (GB = 1e9 bytes, as in :class:`~obsbus.callbacks.MemoryMonitor`; Primus
-    prints GiB):
+    prints GiB; the units ``GB`` and ``%`` are declared, the rank has none):
 
     - ``memory/rocm/used_vram_gb``: GB of VRAM in use on this rank's GPU, by
       every process on it (``VRAM Total Used Memory (B)``).
@@ -294,6 +294,10 @@ class RocmSmiMonitor(Callback):
                 metrics["memory/rocm/max_rank"] = top
         if metrics:
             logger.log_metrics(metrics, step=step)
+
+    @override
+    def metric_units(self) -> dict[str, str]:
+        return {"memory/rocm/*_gb": "GB", "memory/rocm/*_pct": "%", "utilization/rocm/*_pct": "%"}
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:

@@ -11,7 +11,7 @@ from typing_extensions import override
 from obsbus._check import check_int
 from obsbus.callback import Callback
 from obsbus.callbacks._averaging import RunningAverage
-from obsbus.callbacks._time_units import seconds_per_unit
+from obsbus.callbacks._time_units import seconds_per_unit, unit_label
 from obsbus.errors import ObsbusWarning
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger
@@ -128,7 +128,8 @@ class RuntimeEstimator(Callback):
 
     - ``time/remaining_estimate``: the estimated wall-clock time until
       ``max_duration`` is reached, in ``time_unit`` (hours by default, as
-      Composer), a float.
+      Composer), a float; its unit (``h``, ``s``...) is declared, so the
+      console and the report show it.
     - ``time/remaining_estimate_unit``: a hyperparameter, logged at ``init``:
       ``time_unit`` (``"hours"``, ...), as Composer logs it.
 
@@ -171,6 +172,7 @@ class RuntimeEstimator(Callback):
         self.reset_interval = reset_interval
         self.log_interval = LogInterval(log_interval, "RuntimeEstimator log_interval")
         self._seconds_per_unit = seconds
+        self._unit_label = unit_label("RuntimeEstimator", time_unit)
         # Warm-up is counted in batches here, not in RunningAverage's values: a batch whose
         # progress can't be told adds no value but is still warm-up.
         self._rate = RunningAverage(skip=0, reset_interval=reset_interval)
@@ -209,6 +211,10 @@ class RuntimeEstimator(Callback):
     @override
     def init(self, state: State, logger: Logger) -> None:
         logger.log_hyperparameters({UNIT_KEY: self.time_unit})
+
+    @override
+    def metric_units(self) -> dict[str, str]:
+        return {KEY: self._unit_label}
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:

@@ -16,7 +16,7 @@ from obsbus.callbacks._mfu import MfuLookup, check_peak
 from obsbus.callbacks._peak_flops import PRECISIONS
 from obsbus.callbacks._throughput import ThroughputWindow, rates
 from obsbus.callbacks._throughput_ranks import reduce_window, step_times
-from obsbus.callbacks._time_units import seconds_per_unit
+from obsbus.callbacks._time_units import seconds_per_unit, unit_label
 from obsbus.interval import LogInterval, at_interval
 from obsbus.logger import Logger
 from obsbus.state import State
@@ -66,7 +66,11 @@ class SpeedMonitor(Callback):
     batch's seconds, so a fast rank does not inherit a straggler's time.
 
     Keys (``throughput/*`` once the window is full; ``tokens`` keys when
-    tokens are counted, ``flops`` keys with a FLOPs function):
+    tokens are counted, ``flops`` keys with a FLOPs function). Their units are
+    declared (:meth:`metric_units`): the console and the report show
+    ``batches/s``, ``samples/s``, ``tokens/s``, ``flops/s``, ``s`` for the
+    step times, and the ``time/*`` keys' ``time_unit`` (``h`` by default);
+    the MFU, the ratio and the rank have none:
 
     - ``throughput/batches_per_sec``: batches (optimizer steps) per second.
     - ``throughput/samples_per_sec``: samples per second, all ranks.
@@ -157,6 +161,7 @@ class SpeedMonitor(Callback):
         check_int("SpeedMonitor", "window_size", window_size, minimum=1)  # batches
         gpu_flops_available = check_peak(gpu_flops_available)
         self._divider = seconds_per_unit("SpeedMonitor", time_unit)
+        self._time_label = unit_label("SpeedMonitor", time_unit)
         self.time_unit = time_unit
         if flops_per_batch is not None and not callable(flops_per_batch):
             raise TypeError(
@@ -272,6 +277,22 @@ class SpeedMonitor(Callback):
     def eval_standalone_end(self, state: State, logger: Logger) -> None:
         if self._eval_exit():
             logger.log_metrics(self._times())
+
+    @override
+    def metric_units(self) -> dict[str, str]:
+        time = self._time_label
+        return {
+            "throughput/*batches_per_sec": "batches/s",
+            "throughput/*samples_per_sec": "samples/s",
+            "throughput/*tokens_per_sec": "tokens/s",
+            "throughput/*flops_per_sec": "flops/s",
+            "throughput/step_time_max": "s",
+            "throughput/step_time_min": "s",
+            "time/train": time,
+            "time/val": time,
+            "time/eval": time,
+            "time/total": time,
+        }
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -71,7 +71,9 @@ class SystemMetricsMonitor(Callback):
     ``sample_interval_s`` below the time between logs. Logging reads a few
     floats under a lock: no device sync, no I/O on the training thread.
 
-    Keys (GB = 1e9 bytes, MB = 1e6 bytes, as everywhere in obsbus):
+    Keys (GB = 1e9 bytes, MB = 1e6 bytes, as everywhere in obsbus; the units
+    are declared, so the console and the report show ``%``, ``GB``,
+    ``MB/s``, ``degC`` and ``W`` after the values):
 
     - ``system/cpu_percent``: whole-machine CPU busy, percent (0-100, all cores).
     - ``system/process_cpu_percent``: this process, percent of one core
@@ -250,6 +252,17 @@ class SystemMetricsMonitor(Callback):
             metrics.update(across_ranks(gathered, self.per_rank))
         if metrics:
             logger.log_metrics(metrics)
+
+    @override
+    def metric_units(self) -> dict[str, str]:
+        units = {
+            "system/*_percent": "%",
+            "system/*_gb": "GB",
+            "system/*_mb_per_s": "MB/s",
+            "system/gpu/temperature_c": "degC",
+            "system/gpu/power_w": "W",
+        }
+        return {**units, **{f"{key}/*": unit for key, unit in units.items()}}  # /min, /rank3
 
     @override
     def fit_start(self, state: State, logger: Logger) -> None:
