@@ -83,6 +83,7 @@ def _forget_statm() -> None:
     # A forked child has the parent's descriptor, of the parent's /proc/self: close it, and
     # open its own at the next reading.
     fd, _STATM[0] = _STATM[0], None
+    _PEAK_BYTES[0] = 0  # the child's peak is its own (getrusage's counts from the fork)
     if fd is not None and fd >= 0:
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -116,17 +117,30 @@ def _rss_bytes() -> int:
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+_PEAK_BYTES = [0]  # the highest host RSS this process has reported, in bytes
+
+
 def host_memory_report() -> dict[str, float]:
-    """This process's resident memory now and at its peak, in GB (/proc or psutil, getrusage)."""
-    report = {"memory/host_rss_mem": _rss_bytes() / GB}
+    """This process's resident memory now and at its peak, in GB (/proc or psutil, getrusage).
+
+    Both are bytes before the one division by :data:`GB`: ``ru_maxrss`` is
+    KiB on Linux and bytes on macOS. The peak is never below the current
+    value, nor below a peak reported before: the kernel's high-water mark
+    trails the live counters (it is refreshed lazily, from per-CPU counts),
+    so ``ru_maxrss`` alone can read a few hundred KiB under ``/proc``'s RSS
+    taken a moment earlier. Where there is no ``getrusage`` (Windows) the
+    peak is the highest value seen here.
+    """
+    current = _rss_bytes()
     try:
         import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = peak if sys.platform == "darwin" else peak * 1024
     except ImportError:  # pragma: no cover - Windows has no getrusage
-        return report
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # Linux reports KiB, macOS bytes.
-    report["memory/host_peak_rss_mem"] = (peak if sys.platform == "darwin" else peak * 1024) / GB
-    return report
+        peak = 0
+    peak = _PEAK_BYTES[0] = max(peak, current, _PEAK_BYTES[0])
+    return {"memory/host_rss_mem": current / GB, "memory/host_peak_rss_mem": peak / GB}
 
 
 def _is_oom(exc: BaseException | None, oom: type[BaseException]) -> bool:
@@ -166,7 +180,12 @@ class MemoryMonitor(Callback):
     - ``memory/host_rss_mem``: GB, this process's resident set now. Logged
       when the run is not on a GPU (or with ``host_memory=True``).
     - ``memory/host_peak_rss_mem``: GB, this process's peak resident set since
-      it started (``getrusage``; never reset). Logged with ``host_rss_mem``.
+      it started (``getrusage``; never reset). Logged with ``host_rss_mem``,
+      and never below it (see :func:`host_memory_report`).
+
+    Units are declared (:meth:`metric_units`): ``GB`` for every byte key
+    (the ``_min``/``_avg``/``_max`` ones too, and the names ``memory_keys``
+    gives byte counts); the counts have none.
 
     With ``reduce_across_ranks=True`` every key above also gets
     ``{key}_min``, ``{key}_avg`` and ``{key}_max`` over the ranks (Composer's
@@ -268,6 +287,14 @@ class MemoryMonitor(Callback):
         self.host_memory = host_memory
         self._cuda: bool | None = None  # decided at fit_start (or the first log)
         self._cuda_index: int | None = None
+
+    @override
+    def metric_units(self) -> dict[str, str]:
+        names = [n for t, n in (self.memory_keys or CUDA_KEYS).items() if "bytes" in t]
+        keys = [f"memory/{n.replace('bytes', 'gigabytes')}" for n in names]
+        keys += ["memory/host_rss_mem", "memory/host_peak_rss_mem"]
+        suffixes = ("", *(f"_{name}" for name in _REDUCTIONS))
+        return {f"{key}{suffix}": "GB" for key in keys for suffix in suffixes}
 
     def _find_device(self, state: State) -> None:
         torch = sys.modules.get("torch")
