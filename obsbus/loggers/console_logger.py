@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -9,24 +10,32 @@ from typing import Any, TextIO
 from typing_extensions import override
 
 from obsbus._check import check_bool, check_stream, is_number
+from obsbus._units import PluginUnits, with_unit
 from obsbus.interval import LogInterval, at_interval
 from obsbus.logger import Logger
 from obsbus.loggers._text_destination import TextDestination
+from obsbus.naming import epoch_number
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
 from obsbus.values import from_numpy, to_host
 
-__all__ = ["ConsoleLogger", "format_value"]
+__all__ = ["ConsoleLogger", "epoch_progress", "format_value"]
 
 
 def format_value(value: Any) -> str:
-    """A number as a person reads it: ``0.1235``, ``1.235e-05``, ``12,345.68``.
+    """A number as a person reads it, with at least 4 significant digits.
 
-    numpy values read as the Python numbers they stand for.
+    The one number format of every text destination (console, loguru lines,
+    progress bar, the text log). Floats: fixed point from 0.001 to 1e9 (4
+    decimals below 1, more below 0.1 so that 4 significant digits show,
+    ``0.003056``; 4 decimals up to 1000, then thousands separators and 2
+    decimals, ``12,345.68``), scientific with 4 significant digits outside
+    (``1.235e-05``). Ints are counts: as they are, with thousands separators
+    from 10,000. numpy values read as the Python numbers they stand for.
 
     Example:
-        >>> [format_value(v) for v in (0.123456, 1.23456e-5, 12345.678, 7)]
-        ['0.1235', '1.235e-05', '12,345.68', '7']
+        >>> [format_value(v) for v in (0.123456, 11 / 3600, 1.23456e-5, 12345.678, 7)]
+        ['0.1235', '0.003056', '1.235e-05', '12,345.68', '7']
         >>> import numpy as np
         >>> [format_value(v) for v in (np.float32(0.5), np.int64(12345), np.bool_(True))]
         ['0.5000', '12,345', 'True']
@@ -40,10 +49,23 @@ def format_value(value: Any) -> str:
         return str(value)
     magnitude = abs(value)
     if magnitude == 0 or 1e-3 <= magnitude < 1e3:
-        return f"{value:.4f}"
+        decimals = 4 if magnitude == 0 else max(4, 3 - math.floor(math.log10(magnitude)))
+        return f"{value:.{decimals}f}"
     if 1e3 <= magnitude < 1e9:
         return f"{value:,.2f}"
     return f"{value:.3e}"
+
+
+def epoch_progress(state: State) -> str:
+    """``[epoch=E][batch=B/N]``: the epoch counted from 1 (:func:`~obsbus.naming.epoch_number`)
+    and the batch within it; at an epoch's end, its last batch.
+    """
+    ts, total = state.timestamp, state.dataloader_len
+    batch = ts._batch_in_epoch
+    if batch == 0 and ts._epoch != 0:  # at epoch_end the count has moved to the next epoch
+        batch = int(total.value) if total is not None else batch
+    shown = f"{batch}/{int(total.value)}" if total is not None else str(batch)
+    return f"[epoch={epoch_number(ts)}][batch={shown}]"
 
 
 class ConsoleLogger(TextDestination):
@@ -58,9 +80,19 @@ class ConsoleLogger(TextDestination):
         [Eval batch=2/2] Eval on eval data:
         \t Eval metrics/eval/loss: 0.1250
 
+    **What a line shows.** Each value with its unit, as the plug-in that
+    logged it declares it (``Train time/train: 0.003056 h``; see
+    :meth:`~obsbus.Callback.metric_units`); a key with no declared unit
+    (a loss, a ratio) shows none. Keys are printed sorted by name, so a key
+    keeps its place from block to block whatever order it was logged in.
+    Numbers have one format, with at least 4 significant digits
+    (:func:`format_value`).
+
     The header is ``[epoch=E][batch=B/N]`` when ``max_duration`` is in epochs
     (or unknown), else ``[batch=B/T]``, ``[sample=...]``, ``[token=...]``:
-    progress in the unit of ``max_duration``, as Composer prints it. Train
+    progress in the unit of ``max_duration``, as Composer prints it. Epochs
+    count from 1, as the JSON Lines ``epoch`` column and the ``{epoch}`` of
+    trace file names (:func:`~obsbus.naming.epoch_number`). Train
     blocks print at ``batch_end`` (a ``ba`` interval) or ``epoch_end`` (``ep``),
     and once at ``fit_end`` for what is still held. An eval block prints at
     each ``eval_end`` with what was logged during that evaluation; train
@@ -96,6 +128,7 @@ class ConsoleLogger(TextDestination):
         super().__init__()
         self._pending: dict[str, Any] = {}
         self._held_for_train: dict[str, Any] | None = None  # train values held during an eval
+        self._units = PluginUnits()
 
     def _enabled(self) -> bool:
         return self._state is None or self._state.local_rank == 0
@@ -126,20 +159,19 @@ class ConsoleLogger(TextDestination):
         """Composer's train progress: ``[epoch=1][batch=2/4]`` or ``[batch=2/10]``."""
         ts, duration = state.timestamp, state.max_duration
         if duration is None or duration.unit is TimeUnit.EPOCH:
-            batch, epoch = ts._batch_in_epoch, ts._epoch
-            total = state.dataloader_len
-            if batch == 0 and epoch != 0:  # at epoch_end the count has moved to the next epoch
-                epoch -= 1
-                batch = int(total.value) if total is not None else batch
-            shown = f"{batch}/{int(total.value)}" if total is not None else str(batch)
-            return f"[epoch={epoch + 1}][batch={shown}]"
+            return epoch_progress(state)
         unit = duration.unit
         done = ts.get(unit).value
         return f"[{unit.name.lower()}={format_value(done)}/{format_value(duration.value)}]"
 
     def _block(self, header: str, prefix: str, metrics: Mapping[str, Any]) -> None:
         values = to_host(metrics)
-        lines = "".join(f"\n\t {prefix}{k}: {format_value(v)}" for k, v in values.items())
+        units = self._units
+        units.refresh(self._state.callbacks if self._state is not None else ())
+        lines = "".join(
+            f"\n\t {prefix}{k}: {with_unit(format_value(values[k]), units.of(k))}"
+            for k in sorted(values)
+        )
         self._write(header + (":" if values else "") + lines)
 
     def _print_train(self, state: State) -> None:

@@ -8,11 +8,13 @@ from typing import Any
 from typing_extensions import override
 
 from obsbus._check import check_bool
+from obsbus._units import PluginUnits, with_unit
 from obsbus.interval import LogInterval, at_interval
 from obsbus.log import _level, get_logger
 from obsbus.logger import Logger
 from obsbus.loggers._text_destination import TextDestination
-from obsbus.loggers.console_logger import format_value
+from obsbus.loggers.console_logger import epoch_progress, format_value
+from obsbus.naming import epoch_number
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
 from obsbus.values import to_host
@@ -29,11 +31,15 @@ class LoguruLogger(TextDestination):
     Metrics logged between lines are held as they are (tensors stay on the
     device, unsynced) and turned into numbers together, with one
     :func:`~obsbus.values.to_host` call, when a line is due. One line per
-    interval::
+    interval, keys sorted by name, each value with the unit its plug-in
+    declares (:meth:`~obsbus.Callback.metric_units`; none where none is)::
 
-        [epoch=1][batch=10/100] loss/train/total=0.2500 lr=3.000e-04
+        [epoch=1][batch=10/100] loss/train/total=0.2500 lr=3.000e-04 time/train=0.003056 h
 
-    Eval metrics are written at ``eval_end``, hyperparameters once, at the
+    Epochs count from 1, as on the console and in the JSON Lines
+    (:func:`~obsbus.naming.epoch_number`). Eval metrics are written at
+    ``eval_end`` (``[epoch=1][eval=eval] after batch 100 metrics/eval/loss=...``,
+    ``eval=`` naming the dataloader's label), hyperparameters once, at the
     first ``fit_start`` (or when logged during a fit). What is still held is
     written at ``fit_end``, on the ``exception`` event and at ``close``. Each
     metric record carries ``extra["metrics"]`` (the numbers) and
@@ -76,13 +82,18 @@ class LoguruLogger(TextDestination):
         super().__init__()
         self._pending: dict[str, Any] = {}
         self._step: int | None = None
+        self._units = PluginUnits()
 
     def _emit(self, text: str, **extra: Any) -> None:
         get_logger().bind(**extra).log(self.level, text)
 
     def _write(self, prefix: str, held: Mapping[str, Any]) -> None:
         values = to_host(held)  # every value due, in one transfer
-        pairs = " ".join(f"{key}={format_value(value)}" for key, value in values.items())
+        units = self._units
+        units.refresh(self._state.callbacks if self._state is not None else ())
+        pairs = " ".join(
+            f"{key}={with_unit(format_value(values[key]), units.of(key))}" for key in sorted(values)
+        )
         self._emit(f"{prefix} {pairs}".lstrip(), metrics=values, step=self._step)
 
     def _write_pending(self, prefix: str) -> None:
@@ -96,12 +107,7 @@ class LoguruLogger(TextDestination):
         self._emit(f"Hyperparameters: {pairs}", hyperparameters=dict(hparams))
 
     def _prefix(self) -> str:
-        if self._state is None:
-            return ""
-        ts = self._state.timestamp
-        total = self._state.dataloader_len
-        batch = f"{ts.batch_in_epoch.value}" + (f"/{total.value}" if total is not None else "")
-        return f"[epoch={ts.epoch.value + 1}][batch={batch}]"
+        return "" if self._state is None else epoch_progress(self._state)
 
     @override
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
@@ -124,7 +130,7 @@ class LoguruLogger(TextDestination):
     @at_interval("log_interval")
     def epoch_end(self, state: State, logger: Logger) -> None:
         if self.log_interval.at_epoch_end(state):
-            self._write_pending(f"[epoch={state.timestamp.epoch.value}][end]")
+            self._write_pending(f"[epoch={epoch_number(state.timestamp)}][end]")
 
     @override
     def eval_end(self, state: State, logger: Logger) -> None:
@@ -132,7 +138,8 @@ class LoguruLogger(TextDestination):
         prefix = f"metrics/{label}/"
         due = {k: self._pending.pop(k) for k in list(self._pending) if k.startswith(prefix)}
         if due:
-            self._write(f"[eval {label}] after {state.timestamp.batch}", due)
+            ts = state.timestamp  # state.dataloader_len is the eval one's here
+            self._write(f"[epoch={epoch_number(ts)}][eval={label}] after batch {ts._batch}", due)
 
     @override
     def fit_end(self, state: State, logger: Logger) -> None:

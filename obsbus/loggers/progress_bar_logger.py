@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from typing_extensions import override
 
 from obsbus._check import check_bool, check_optional_bool, check_seconds, check_stream
+from obsbus._units import PluginUnits, with_unit
 from obsbus.logger import Logger, LoggerDestination
 from obsbus.loggers._progress_bars import Bar, LiveBar, PlainBar, isatty
 from obsbus.loggers.console_logger import format_value
@@ -63,7 +64,9 @@ class ProgressBarLogger(LoggerDestination):
     inside fit vanishes at ``eval_end``, a standalone one stays.
 
     **Postfix.** The latest values logged under ``postfix_keys``, at most 4,
-    formatted like :class:`ConsoleLogger` (``loss=0.1235``). Names are
+    formatted like :class:`ConsoleLogger` (``loss=0.1235``), with the unit
+    the logging plug-in declares (``time/train=0.003056 h``), in the order of
+    ``postfix_keys`` and then of first logging, kept for the run. Names are
     shortened by dropping ``train``/``total`` and a leading ``metrics``:
     ``loss/train/total`` -> ``loss``, ``metrics/eval/loss`` -> ``eval/loss``.
     Values are held as logged (tensors stay on the device) and turned into
@@ -162,6 +165,7 @@ class ProgressBarLogger(LoggerDestination):
         self._labels: dict[str, str] = {}  # shown key -> name in the postfix, in display order
         self._values: dict[str, Any] = {}
         self._dirty = False
+        self._units = PluginUnits()
 
     # ------------------------------------------------------------- helpers
     def _is_on(self, state: State) -> bool:
@@ -228,14 +232,19 @@ class ProgressBarLogger(LoggerDestination):
             return
         n = self._progress(state)
         if self._dirty and (force or bar.postfix_due(n)):
-            bar.set_postfix(self._postfix_text())
+            bar.set_postfix(self._postfix_text(state))
         bar.update_to(n)
 
-    def _postfix_text(self) -> str:
+    def _postfix_text(self, state: State) -> str:
         numbers = to_host({k: self._values[k] for k in self._labels if k in self._values})
         self._values.update(numbers)  # numbers now: converting them again costs nothing
         self._dirty = False
-        return ", ".join(f"{self._labels[k]}={format_value(v)}" for k, v in numbers.items())
+        units = self._units
+        units.refresh(state.callbacks)
+        return ", ".join(
+            f"{self._labels[k]}={with_unit(format_value(v), units.of(k))}"
+            for k, v in numbers.items()
+        )
 
     def _match(self, key: str) -> int:
         for i, pattern in enumerate(self.postfix_keys):
