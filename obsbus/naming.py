@@ -9,11 +9,18 @@ from obsbus import dist
 
 if TYPE_CHECKING:
     from obsbus.state import State
+    from obsbus.time import Timestamp
 
-__all__ = ["PLACEHOLDERS", "check_placeholders", "format_name", "placeholder_values"]
+__all__ = [
+    "PLACEHOLDERS",
+    "check_placeholders",
+    "epoch_number",
+    "format_name",
+    "placeholder_values",
+]
 
 #: The placeholders every obsbus file name may use. Time placeholders take
-#: the state's timestamp when one is known.
+#: the state's timestamp when one is known; ``{epoch}`` is :func:`epoch_number`.
 PLACEHOLDERS = (
     "run_name",
     "rank",
@@ -33,6 +40,31 @@ PLACEHOLDERS = (
 _FORMATTER = string.Formatter()
 
 
+def epoch_number(timestamp: Timestamp) -> int:
+    """The epoch a moment of the run belongs to, counted from 1, as every output numbers it.
+
+    During an epoch, the epoch in progress (``timestamp.epoch + 1``: the
+    timestamp counts completed epochs, as Composer's); at its ``epoch_end``
+    and after it (an evaluation at the epoch's end, ``fit_end``), until a
+    batch of the next epoch ends, the epoch just completed. This is the
+    number Composer's console prints (``[epoch=1][batch=4/4]``), and the
+    one the console, the loguru lines, the JSON Lines ``epoch`` column and
+    the ``{epoch}`` of file names (trace files) all show, so a row, a line
+    and a trace of the same batch say the same epoch.
+
+    Example:
+        >>> from obsbus.time import Timestamp
+        >>> epoch_number(Timestamp(epoch=0, batch=3, batch_in_epoch=3))  # in the first epoch
+        1
+        >>> epoch_number(Timestamp(epoch=1, batch=4, batch_in_epoch=0))  # at its epoch_end
+        1
+        >>> epoch_number(Timestamp(epoch=1, batch=5, batch_in_epoch=1))
+        2
+    """
+    epoch = timestamp._epoch
+    return epoch if epoch and not timestamp._batch_in_epoch else epoch + 1
+
+
 def placeholder_values(state: State | None = None) -> dict[str, Any]:
     """The placeholder values of ``state`` (or only the rank ones without a state)."""
     info = state.rank_info if state is not None else dist.rank_info()
@@ -46,8 +78,9 @@ def placeholder_values(state: State | None = None) -> dict[str, Any]:
     if state is not None:
         values["run_name"] = state.run_name
         ts = state.timestamp
-        for key in PLACEHOLDERS[6:]:
+        for key in PLACEHOLDERS[7:]:
             values[key] = getattr(ts, key).value
+        values["epoch"] = epoch_number(ts)
     return values
 
 

@@ -27,7 +27,7 @@ def state(two_node_env):
     for _ in range(7):
         ts = ts.to_next_batch(samples=4, tokens=40)
     ts = ts.to_next_epoch().to_next_epoch().to_next_batch(samples=4, tokens=40)
-    state.timestamp = ts  # epoch 2, batch 8, batch_in_epoch 1
+    state.timestamp = ts  # 2 epochs done, batch 8, batch_in_epoch 1: the third epoch
     return state
 
 
@@ -40,7 +40,7 @@ def state(two_node_env):
         ("{world_size}", "8"),
         ("{local_world_size}", "4"),
         ("{node_rank}", "1"),
-        ("{epoch}", "2"),
+        ("{epoch}", "3"),  # counted from 1: the epoch batch 8 belongs to
         ("{batch}", "8"),
         ("{sample}", "32"),
         ("{token}", "320"),
@@ -48,7 +48,7 @@ def state(two_node_env):
         ("{batch_in_epoch}", "1"),
         ("{sample_in_epoch}", "4"),
         ("{token_in_epoch}", "40"),
-        ("{run_name}/ep{epoch}-ba{batch}-rank{rank}.pt", "exp1/ep2-ba8-rank5.pt"),
+        ("{run_name}/ep{epoch}-ba{batch}-rank{rank}.pt", "exp1/ep3-ba8-rank5.pt"),
     ],
     ids=[
         "run_name",
@@ -80,9 +80,21 @@ def test_every_documented_placeholder_is_filled_from_a_state(state):
 
 
 def test_time_placeholders_are_plain_numbers(state):
-    # A Time would print as "2ep"; file names want the bare count.
-    assert format_name("ep{epoch}", state) == "ep2"
-    assert format_name("{epoch:03d}", state) == "002"
+    # A Time would print as "2ep"; file names want the bare number.
+    assert format_name("ep{epoch}", state) == "ep3"
+    assert format_name("{epoch:03d}", state) == "003"
+
+
+def test_epoch_is_counted_from_one_and_an_epoch_end_keeps_its_epoch():
+    state = State(run_name="r")
+    assert format_name("ep{epoch}", state) == "ep1"  # before the first batch ends
+    ts = Timestamp().to_next_batch(samples=1).to_next_batch(samples=1)
+    state.timestamp = ts
+    assert format_name("ep{epoch}-ba{batch}", state) == "ep1-ba2"
+    state.timestamp = ts = ts.to_next_epoch()  # at epoch_end: still the first epoch's
+    assert format_name("ep{epoch}-ba{batch}", state) == "ep1-ba2"
+    state.timestamp = ts.to_next_batch(samples=1)
+    assert format_name("ep{epoch}-ba{batch}", state) == "ep2-ba3"
 
 
 def test_rank_info_is_the_states_snapshot(monkeypatch, state):

@@ -29,7 +29,7 @@ from obsbus.loggers._tracker_media import hold_table, table_rows
 from obsbus.loggers.console_logger import format_value
 from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
 from obsbus.masking import mask_secrets
-from obsbus.naming import check_placeholders
+from obsbus.naming import check_placeholders, epoch_number
 from obsbus.state import State
 from obsbus.time import TimeLike, TimeUnit
 from obsbus.writer import BackgroundWriter, WritePeriod
@@ -301,8 +301,9 @@ class FileLogger(LoggerDestination):
 
     # ------------------------------------------------------------- logging
     def _stamp(self) -> tuple[int, int]:
+        # The epoch counted from 1, as the console and trace names number it (epoch_number).
         ts = self._state.timestamp if self._state is not None else None
-        return (ts._epoch, ts._batch) if ts is not None else (0, 0)
+        return (epoch_number(ts), ts._batch) if ts is not None else (1, 0)
 
     @override
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:

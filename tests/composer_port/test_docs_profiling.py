@@ -107,7 +107,9 @@ def test_profiler_demo():
 
     assert trainer.state.timestamp.batch == 32
     traces = sorted(os.listdir(trainer.state.run_folder.resolve(composer_trace_dir)))
-    assert traces == ["ep0-ba5-rank0.json", "ep1-ba21-rank0.json", "merged_trace.json"]
+    # Composer's docs name these ep0-ba5 and ep1-ba21 ({epoch} = epochs completed); obsbus
+    # numbers the epoch a batch belongs to from 1, as its console does (obsbus.naming.epoch_number).
+    assert traces == ["ep1-ba5-rank0.json", "ep2-ba21-rank0.json", "merged_trace.json"]
     torch_traces = sorted(os.listdir(trainer.state.run_folder.resolve(torch_trace_dir)))
     assert torch_traces == ["rank0.21.pt.trace.json", "rank0.5.pt.trace.json"]
 

@@ -35,10 +35,12 @@ def test_every_logged_value_reaches_both_files(tmp_path):
     train_rows = [r for r in rows if "loss/train/total" in r]
     assert [r["step"] for r in train_rows] == losses["step"] == list(range(1, 9))
     assert [r["loss/train/total"] for r in train_rows] == losses["loss/train/total"]
-    assert [r["epoch"] for r in train_rows] == losses["epoch"]
+    # counted from 1, as the console prints it (InMemoryLogger keeps Composer's completed count)
+    assert [r["epoch"] for r in train_rows] == [e + 1 for e in losses["epoch"]] == [1] * 4 + [2] * 4
     assert all(isinstance(r["wall_time"], float) for r in rows)
     eval_rows = [r for r in rows if "metrics/eval/loss" in r]
     assert [r["step"] for r in eval_rows] == [4, 8]
+    assert [r["epoch"] for r in eval_rows] == [1, 2]  # the eval at an epoch's end is its epoch's
     assert text.count("[metric][batch=") == 10
     assert "[hyperparameter][batch=0]: lr: 0.001" in text
     assert "[metric][batch=8]: loss/train/total: " in text

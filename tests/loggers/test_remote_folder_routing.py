@@ -103,8 +103,8 @@ def test_an_uploader_in_loggers_for_the_bucket_is_used_instead_of_a_second(s3, t
     expected = local_files(files, "logs/exp")
     expected.update({f"traces/{p.name}": p.read_bytes() for p in traces.iterdir()})
     assert sorted(k for k in expected if k.startswith("traces/")) == [
-        "traces/ep0-ba1-rank0.json",
-        "traces/ep0-ba2-rank0.json",
+        "traces/ep1-ba1-rank0.json",
+        "traces/ep1-ba2-rank0.json",
         "traces/merged_trace.json",
     ]
     assert s3.objects(b) == expected
@@ -185,8 +185,8 @@ def test_json_trace_handler_uploads_each_trace_and_the_merged_trace(tmp_path):
         f"exp/traces/{p.name}": p.read_bytes() for p in traces.iterdir()
     }
     assert sorted(objects(f"memory://{b}")) == [
-        "exp/traces/ep0-ba2-rank0.json",
-        "exp/traces/ep0-ba4-rank0.json",
+        "exp/traces/ep1-ba2-rank0.json",
+        "exp/traces/ep1-ba4-rank0.json",
         "exp/traces/merged_trace.json",
     ]
     assert handler.remote_uploaders[0].failed_uploads == []

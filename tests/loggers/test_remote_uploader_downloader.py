@@ -551,8 +551,8 @@ def test_a_trainer_run_lands_in_s3_with_the_right_names_and_bytes(s3, tmp_path):
         "exp/checkpoints/ep2.pt",
     } <= set(expected)
     assert sorted(k for k in expected if k.startswith("exp/traces/ep")) == [
-        "exp/traces/ep0-ba3-rank0.json",
-        "exp/traces/ep1-ba5-rank0.json",
+        "exp/traces/ep1-ba3-rank0.json",
+        "exp/traces/ep2-ba5-rank0.json",
     ]
     assert s3.objects(bucket) == expected
     assert json.loads(expected["exp/metrics-rank0.jsonl"].splitlines()[-1])["step"] == 8

@@ -90,7 +90,7 @@ def test_json_trace_handler_defaults_are_composers_remote_names(tmp_path):
     uploads = Uploads()
     fit(tmp_path, Profiler(lambda s: SAVE, [JSONTraceHandler()], **COMPOSER_OFF), batches=2,
         loggers=[uploads])
-    assert uploads.names == ["r/traces/ep0-ba1-rank0.json", "r/traces/ep0-ba2-rank0.json",
+    assert uploads.names == ["r/traces/ep1-ba1-rank0.json", "r/traces/ep1-ba2-rank0.json",
                              "r/traces/merged_trace.json"]
 
 
@@ -113,7 +113,7 @@ def test_a_uri_remote_file_name_goes_to_its_bucket(tmp_path):
     stored = dict(build_object_store(f"memory://{b}").objects)
     assert sorted(stored) == ["r/t/ba1.json", "r/t/ba2.json", "r/t/merged.json"]
     local = tmp_path / "run" / "traces"
-    assert stored["r/t/ba2.json"] == (local / "ep0-ba2-rank0.json").read_bytes()
+    assert stored["r/t/ba2.json"] == (local / "ep1-ba2-rank0.json").read_bytes()
     assert stored["r/t/merged.json"] == (local / "merged_trace.json").read_bytes()
 
 

@@ -58,7 +58,7 @@ def test_one_trace_per_saved_window_each_balanced(tmp_path):
     with fit(tmp_path, handler, loggers=[uploads]) as trainer:
         trainer.fit()
     folder = tmp_path / "run" / "traces"
-    assert [p.name for p in handler.saved_traces] == ["ep0-ba3-rank0.json", "ep0-ba6-rank0.json"]
+    assert [p.name for p in handler.saved_traces] == ["ep1-ba3-rank0.json", "ep1-ba6-rank0.json"]
     for path in handler.saved_traces:
         events = load(path)
         assert balanced(events)
@@ -71,15 +71,15 @@ def test_one_trace_per_saved_window_each_balanced(tmp_path):
         assert len(batches) == 2
         spans = [e for e in events if e["ph"] in "BE"]
         assert all(a["ts"] <= b["ts"] for a, b in itertools.pairwise(spans))
-    assert sorted(p.name for p in folder.glob("*.json")) == ["ep0-ba3-rank0.json", "ep0-ba6-rank0.json"]
-    assert uploads.names == ["r/traces/ep0-ba3-rank0.json", "r/traces/ep0-ba6-rank0.json"]
+    assert sorted(p.name for p in folder.glob("*.json")) == ["ep1-ba3-rank0.json", "ep1-ba6-rank0.json"]
+    assert uploads.names == ["r/traces/ep1-ba3-rank0.json", "r/traces/ep1-ba6-rank0.json"]
 
 
 def test_prunes_to_num_traces_to_keep(tmp_path):
     handler = JSONTraceHandler(num_traces_to_keep=1, merged_trace_filename=None)
     with fit(tmp_path, handler) as trainer:
         trainer.fit()
-    assert [p.name for p in (tmp_path / "run" / "traces").glob("*.json")] == ["ep0-ba6-rank0.json"]
+    assert [p.name for p in (tmp_path / "run" / "traces").glob("*.json")] == ["ep1-ba6-rank0.json"]
 
 
 def test_a_crash_saves_what_was_recorded_balanced(tmp_path):

@@ -82,7 +82,7 @@ def test_counters_land_only_inside_saved_windows_with_plausible_units(tmp_path):
     schedule = cyclic_schedule(wait=2, warmup=1, active=2, repeat=0)
     run_batches(system, schedule, [handler], 10, callbacks=[phases], folder=tmp_path / "run")
 
-    assert [p.name for p in handler.saved_traces] == ["ep0-ba5-rank0.json", "ep0-ba10-rank0.json"]
+    assert [p.name for p in handler.saved_traces] == ["ep1-ba5-rank0.json", "ep1-ba10-rank0.json"]
     quiet = [(s, e) for action, s, e in phases.batches if action == "skip"]
     warm = [(s, e) for action, s, e in phases.batches if action == "warmup"]
     assert len(quiet) == 4 and len(warm) == 2

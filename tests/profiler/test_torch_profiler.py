@@ -96,7 +96,7 @@ def test_a_trace_per_saved_window_named_from_placeholders_handed_on_and_uploaded
                         torch_prof_filename="{run_name}-ep{epoch}-ba{batch}-rank{rank}.json")
     tp = train(profiler, loggers=[uploads])
     folder = tmp_path / "run" / "tt" / "r"
-    assert tp.saved_traces == [folder / "r-ep0-ba2-rank0.json", folder / "r-ep0-ba4-rank0.json"]
+    assert tp.saved_traces == [folder / "r-ep1-ba2-rank0.json", folder / "r-ep1-ba4-rank0.json"]
     first, second = (trace(p) for p in tp.saved_traces)
     # Batches 0 and 2 warm up, 1 and 3 record: each window holds its own batch only.
     assert (steps(first), steps(second)) == (["ProfilerStep#1"], ["ProfilerStep#3"])

@@ -66,8 +66,8 @@ def two_rank_run(tmp_path_factory):
 def test_each_rank_saves_one_valid_trace_with_its_clock_offset(two_rank_run):
     _, saved = two_rank_run
     assert [[p.split("/")[-1] for p in paths] for paths in saved] == [
-        ["ep0-ba4-rank0.json"],
-        ["ep0-ba4-rank1.json"],
+        ["ep1-ba4-rank0.json"],
+        ["ep1-ba4-rank1.json"],
     ]
     for rank, (path,) in enumerate(saved):
         doc = json.loads(Path(path).read_text())
@@ -117,8 +117,8 @@ def test_merged_trace_holds_a_rank_that_finishes_late(two_rank_run):
     # handlers meet at fit_end, so rank 0's merge at close still finds it.
     tmp, _ = two_rank_run
     assert sorted(p.name for p in (tmp / "late" / "traces").glob("*rank*.json")) == [
-        "ep0-ba4-rank0.json",
-        "ep0-ba4-rank1.json",
+        "ep1-ba4-rank0.json",
+        "ep1-ba4-rank1.json",
     ]
     merged = json.loads((tmp / "late" / "traces" / "merged_trace.json").read_text())
     assert {e["pid"] for e in check_trace(merged) if e["ph"] != "M"} == {0, 1}
