@@ -20,6 +20,7 @@ from obsbus.loggers._mlflow_names import (
     resolve_tracking_uri,
     uri_scheme,
 )
+from obsbus.loggers._mlflow_release import StoreLease
 from obsbus.loggers._mlflow_run import MlflowRun, open_run
 from obsbus.loggers._run_metadata import mask_credentials
 from obsbus.loggers._tracker_client import RunInfo, TrackerClient
@@ -59,6 +60,7 @@ class MLFlowClient(TrackerClient):
         self._run: MlflowRun | None = None  # the live run (writer thread)
         self._last_run: MlflowRun | None = None  # the latest, for its counts
         self._timer: threading.Timer | None = None  # sends a batch when training stalls
+        self._lease: StoreLease | None = None  # what the run took from MLflow's caches
         self._report: Callable[[str, BaseException], None] = lambda what, exc: None
 
     @property
@@ -105,7 +107,16 @@ class MLFlowClient(TrackerClient):
         )
         if artifacts is not None:
             artifacts.mkdir(parents=True, exist_ok=True)
-        client = MlflowClient(tracking_uri=uri)
+        self._lease = StoreLease(uri)
+        try:
+            with self._lease:
+                client = MlflowClient(tracking_uri=uri)
+            self._open(client, info, uri, artifacts)
+        except BaseException:
+            self._release()  # a run that never started gives back what it opened too
+            raise
+
+    def _open(self, client: Any, info: RunInfo, uri: str, artifacts: Path | None) -> None:
         name = self.run_name or info.run_name
         source = Path(sys.argv[0] if sys.argv else "python").name
         tags = {"mlflow.user": os_user(), "mlflow.source.name": source,
@@ -198,16 +209,23 @@ class MLFlowClient(TrackerClient):
         if self._timer is not None:
             self._timer.cancel()
 
+    def _release(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.release(self.run_id)
+
     @override
     def finish(self, failed: bool, exception: BaseException | None) -> None:
         run, self._run = self._run, None
         self.stop_timer()
         if run is None:
+            self._release()
             return
         killed = isinstance(exception, (TrainingTerminated, KeyboardInterrupt))
         try:
             run.finish("KILLED" if failed and killed else "FAILED" if failed else "FINISHED")
         finally:
+            self._release()  # the store's engine and caches, once the run has ended
             if run.undelivered:
                 log.warning(
                     "obsbus: MLFlowLogger: %d metric value(s) were not delivered to run %s "
