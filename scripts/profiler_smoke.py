@@ -108,13 +108,13 @@ def checks(folder: Path, profiler: Profiler) -> dict[str, Callable[[], str]]:
     def check_json() -> str:
         counts = []
         for done, recorded in MARKED.items():
-            events = load(traces / f"ep0-ba{done}-rank0.json")
+            events = load(traces / f"ep1-ba{done}-rank0.json")
             batches = sorted(
                 e["args"]["batch"] for e in events if e["name"] == "event/batch" and e["ph"] == "B"
             )
             assert batches == list(recorded), f"ba{done}: recorded batches {batches}"
             counts.append(len(events))
-        return f"2 windows (ep0-ba3, ep0-ba6), {counts} events, B/E paired"
+        return f"2 windows (ep1-ba3, ep1-ba6), {counts} events, B/E paired"
 
     def check_torch() -> str:
         counts = []
