@@ -109,6 +109,8 @@ class UploadQueue:
         self._running: dict[str, UploadJob] = {}
         self._latest: dict[str, int] = {}
         self._alive = 0
+        self._threads: list[threading.Thread] = []
+        self._quiet = False  # idle workers exit at once (the uploader closed)
         self._shutdown_deadline: float | None = None
 
     # ------------------------------------------------------- caller's side
@@ -180,13 +182,28 @@ class UploadQueue:
             self._fail(job, reason)
         return running
 
+    def stop_idle_workers(self, timeout: float = 1.0) -> None:
+        """Workers with nothing to do exit now, not after lingering (the uploader closed:
+        a closed run leaves no thread behind); new work starts new ones."""
+        with self._cond:
+            self._quiet = True
+            self._cond.notify_all()
+            threads = list(self._threads)
+        deadline = time.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._cond:
+            self._quiet = False
+
     # ------------------------------------------------------- workers' side
     def _spawn_locked(self) -> None:
         if self._alive < self.workers and self._pending:
             self._alive += 1
-            threading.Thread(
+            thread = threading.Thread(
                 target=self._work, name=f"obsbus-upload-{self.name}", daemon=False
-            ).start()
+            )
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+            thread.start()
 
     def _next_locked(self) -> UploadJob | None:
         for name, job in self._pending.items():
@@ -206,6 +223,8 @@ class UploadQueue:
                         if not self._running and not self._pending:
                             self._cond.notify_all()
                         if not threading.main_thread().is_alive() and not self._pending:
+                            return
+                        if self._quiet and not self._pending:
                             return
                         self._cond.wait(0.1)
                         idle += 1

@@ -377,6 +377,7 @@ class RemoteUploaderDownloader(LoggerDestination):
         self._drain()  # files other plug-ins handed over while closing
         if self._queue.backlog()[0] == 0:
             self.store.close()  # connections reopen on the next use
+            self._queue.stop_idle_workers()
         with self._lock:
             staging = self._staging
             if staging is not None and self._owns_staging and self._queue.backlog()[0] == 0:
