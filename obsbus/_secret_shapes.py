@@ -16,11 +16,14 @@ __all__ = [
     "MASK",
     "PRIVATE_KEY",
     "QUERY_SECRET",
+    "QUOTED_KWARG",
     "QUOTED_PAIR",
     "RANDOM_RUN",
     "SECRET_ENV_NAME",
     "TEXT_PAIR",
     "URI_USERINFO",
+    "WEBHOOK_URLS",
+    "has_hook",
     "is_secret_name",
     "looks_random",
     "masked_userinfo",
@@ -62,6 +65,26 @@ _TOKEN_PREFIXES = (
     r"(?<=[Bb]earer )[A-Za-z0-9._~+/-]{16,}=*",  # an Authorization header
 )
 KNOWN_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(_TOKEN_PREFIXES) + ")")
+#: Webhook URLs, whose path is a bearer secret (whoever has it can post): each pattern's
+#: ``head`` is kept and the rest of the path masked, up to ``?``, ``#``, a quote or a space.
+#: Hosts that serve only webhooks lose the whole path, with or without a scheme:
+#: ``hooks.slack.com`` (and ``hooks.zapier.com``), Teams' ``<tenant>.webhook.office.com``.
+#: Elsewhere, what follows a ``/webhook/``, ``/webhooks/`` or ``/webhookb2/`` segment
+#: (Discord's ``/api/webhooks/<id>/<token>``, Teams connectors, n8n, most services), and
+#: what follows ``/hooks/`` when the next segment is an id of 16+ letters and digits
+#: (Mattermost's ``/hooks/<26 characters>``; a ``src/hooks/`` folder in a URL is no secret).
+_URL_END = r"[^\s?#'\"<>()\[\]{},;|\\]"
+WEBHOOK_URLS = tuple(
+    re.compile(head + _URL_END + "+", re.I)
+    for head in (
+        r"(?P<head>(?<![\w.-])(?:https?://(?:[^\s/@]*@)?)?(?:hooks\.[a-z0-9-]+\.[a-z]{2,}"
+        r"|[a-z0-9-]+\.webhook\.office\.com)/)",
+        r"(?P<head>\bhttps?://" + _URL_END + r"+?/(?:webhooks?|webhookb2)/)",
+        r"(?P<head>\bhttps?://" + _URL_END + r"+?/hooks/)(?=[A-Za-z0-9]{16})",
+    )
+)
+has_hook = re.compile("hook", re.I).search  # cheap: the patterns run only where this finds
+
 PRIVATE_KEY = re.compile(
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S
 )
@@ -172,6 +195,11 @@ TEXT_PAIR = re.compile(r"(?<![\w.-])(?P<name>-{0,2}[A-Za-z][\w.-]*)=(?P<value>[^
 #: ``--name value`` in free text.
 FLAG_PAIR = re.compile(
     r"(?<![\w.-])(?P<name>--?[A-Za-z][\w.-]*)\s+(?P<value>[^\s'\"-][^\s'\",;&)\]}]*)"
+)
+#: ``name='value'`` and ``name="value"`` (an object's repr: ``Namespace(api_key='...')``,
+#: a dataclass's, a call's keyword arguments; a quoted shell flag ``--token="..."``).
+QUOTED_KWARG = re.compile(
+    r"(?<![\w.-])(?P<name>-{0,2}[A-Za-z_][\w.-]*)=(?P<q>['\"])(?P<value>[^\n]*?)(?P=q)"
 )
 #: ``'name': 'value'`` and ``"name": "value"`` (a dict's repr, JSON).
 QUOTED_PAIR = re.compile(

@@ -17,6 +17,11 @@ sinks all go through :func:`mask_secrets` (text) or :func:`mask_value`
   ``hf_``, AWS key ids ``AKIA``/``ASIA``/..., Slack ``xox?-``, GitLab ``glpat-``,
   Google ``AIza``/``ya29.``, npm, PyPI, JWTs and base64 JSON (``eyJ...``), the
   token after ``Bearer``, and PEM private keys.
+- **Webhook URLs**, wherever they appear (whoever has one can post with it): the
+  path of ``hooks.slack.com/...`` (Slack, Zapier) and ``<tenant>.webhook.office.com/...``
+  (Teams), what follows ``/webhook/``, ``/webhooks/`` or ``/webhookb2/`` in any
+  ``http(s)`` URL (Discord's ``/api/webhooks/<id>/<token>``), and what follows
+  ``/hooks/`` before an id of 16+ letters and digits (Mattermost).
 - **Random-looking strings**: a run of 28 or more letters and digits (with
   ``_ - +``; ``/`` and ``.`` end a run) that mixes upper case, lower case and
   digits and changes between them at 45% or more of its neighbours, as
@@ -28,15 +33,18 @@ sinks all go through :func:`mask_secrets` (text) or :func:`mask_value`
 - **Values of secret-named environment variables** (names containing TOKEN,
   SECRET, KEY, PASSWORD, PASSWD, CREDENTIAL, PASSPHRASE or WEBHOOK) of 6 characters or
   more, wherever they appear. The environment snapshot drops those variables.
-- **Values named as secrets**: the string value of a hyperparameter, and the
-  value in ``name=value``, ``--name value`` and ``'name': 'value'`` text, whose
-  name ends in ``password``, ``passwd``, ``passphrase``, ``secret``,
-  ``credential(s)``, or in ``key``/``token`` after a word such as ``api``,
-  ``access``, ``auth``, ``hf``, ``wandb`` (``api_key``, ``db.password``,
-  ``--hf-token``, ``apiKey``), or is ``token`` alone. ``pad_token``,
-  ``sort_key``, ``max_tokens`` and ``tokenizer`` are not secret names.
+- **Values named as secrets**: the string value of a hyperparameter (or of an
+  object's field), and the value in ``name=value``, ``name='value'`` (an object's
+  repr), ``--name value`` and ``'name': 'value'`` text, whose name ends in
+  ``password``, ``passwd``, ``passphrase``, ``secret``, ``credential(s)``, or in
+  ``key``/``token`` after a word such as ``api``, ``access``, ``auth``, ``hf``,
+  ``wandb`` (``api_key``, ``db.password``, ``--hf-token``, ``apiKey``), or is
+  ``token`` alone. ``pad_token``, ``sort_key``, ``max_tokens`` and ``tokenizer``
+  are not secret names.
 - Every pattern you add with :func:`add_secret_pattern`.
 
+Objects in a value (a dataclass, an ``argparse.Namespace``, a pydantic model, an
+OmegaConf config...) are walked field by field, as dicts are (:func:`mask_value`).
 Masking runs where values leave the process, never in the training step.
 
 Example:
@@ -61,6 +69,7 @@ from typing import Any
 
 from obsbus import _secret_shapes as shapes
 from obsbus._mask_errors import mask_error, masks_errors
+from obsbus._mask_walk import walk
 
 __all__ = [
     "MASK",
@@ -184,9 +193,13 @@ def _mask(text: str, exact: list[str]) -> str:
         text = shapes.PRIVATE_KEY.sub(MASK, text)
     if "://" in text:
         text = shapes.URI_USERINFO.sub(shapes.masked_userinfo, text)
+    if shapes.has_hook(text):
+        for webhook in shapes.WEBHOOK_URLS:
+            text = webhook.sub(lambda m: m["head"] + MASK, text)
     if "=" in text:
         text = shapes.QUERY_SECRET.sub(lambda m: m["head"] + MASK, text)
         text = shapes.TEXT_PAIR.sub(_named_value, text)
+        text = shapes.QUOTED_KWARG.sub(_named_value, text)
     if "-" in text:
         text = shapes.FLAG_PAIR.sub(_named_value, text)
     if ":" in text:
@@ -209,43 +222,38 @@ def mask_secrets(text: str, secrets: Iterable[str] = ()) -> str:
     return _mask(text, _exact(secrets))
 
 
-def _walk(value: Any, exact: list[str]) -> Any:
-    if isinstance(value, str):
-        return _mask(value, exact)
-    if isinstance(value, (bool, int, float, complex)) or value is None:
-        return value
-    if isinstance(value, Mapping):
-        out: dict[Any, Any] = {}
-        for key, inner in value.items():
-            secret = isinstance(key, str) and is_secret_name(key)
-            name = _mask(key, exact) if isinstance(key, str) else key
-            out[name] = MASK if secret and isinstance(inner, str) and inner else _walk(inner, exact)
-        return out
-    if isinstance(value, (list, tuple, set, frozenset)):
-        items = [_walk(v, exact) for v in value]
-        if hasattr(value, "_fields"):  # a namedtuple
-            return type(value)(*items)
-        return type(value)(items)
-    if isinstance(value, os.PathLike):
-        text = os.fspath(value)
-        if isinstance(text, str) and _mask(text, exact) != text:
-            return _mask(text, exact)
-    return value
-
-
 def mask_value(value: Any, secrets: Iterable[str] = ()) -> Any:
     """``value`` with every string in it masked, and each of ``secrets``.
 
-    Mappings (to ``dict``), lists, tuples and sets are walked; the string value
-    of a key named as a secret is masked whole; a path with a secret in it
-    becomes its masked ``str``. Numbers, tensors and other objects are passed
-    as they are (a tensor is never read on the host here).
+    Mappings (to ``dict``), lists, tuples and sets are walked, and so are
+    objects that hold settings: a dataclass, an attrs class, a pydantic v2 or
+    v1 model, an ``argparse.Namespace``, a ``types.SimpleNamespace``, an
+    OmegaConf ``DictConfig``/``ListConfig``, and any object whose class keeps
+    ``object``'s ``repr`` (its public attributes, from ``__dict__`` and
+    ``__slots__``). **Such an object becomes a ``dict`` of its fields**, walked
+    as a dict is, so every destination gets the dict, and trackers flatten it
+    like one (``{"cfg": TrainConfig(lr=0.1)}`` is logged as ``cfg/lr``). Its
+    fields are read, never its ``repr``.
+
+    The str value of a key named as a secret (:func:`is_secret_name`) is masked
+    whole, and so is every str in a list or tuple under one, and any other
+    object under one (numbers, booleans and ``None`` stay). A path with a
+    secret in it becomes its masked ``str``. Other objects (tensors, dates,
+    enums, a ``Timestamp``, objects with a ``repr`` of their own) are passed as
+    they are, unless their ``str`` or ``repr`` shows a secret: then they become
+    that ``str``, masked. A tensor or an array is never read or printed here. A
+    cycle becomes ``"<cycle>"``, and anything nested more than 32 deep
+    ``"<... nested too deep>"``. The caller's values are never changed.
 
     Example:
         >>> mask_value({"clients": [{"openai": "sk-AbCdEfGh0123456789xyz"}], "lr": 0.1})
         {'clients': [{'openai': '***'}], 'lr': 0.1}
+        >>> import argparse
+        >>> mask_value({"args": argparse.Namespace(lr=0.1, hf_token="abc", db=None)})
+        {'args': {'lr': 0.1, 'hf_token': '***', 'db': None}}
     """
-    return _walk(value, _exact(secrets))
+    exact = _exact(secrets)
+    return walk(value, lambda text: _mask(text, exact))
 
 
 def mask_argv(argv: Iterable[str]) -> list[str]:
