@@ -5,12 +5,15 @@ names; a value passed in code would end up in configs, ``plugins.json`` and
 shell history, so no argument takes one. Each secret part (the URL, its
 token-like path segments and query values, the token) is registered with
 :func:`obsbus.masking.add_secret_pattern`, so every place obsbus masks
-(log lines, errors, ``env.json``, hyperparameters) hides it too: the URL's
-variable is not secret-named (``SLACK_WEBHOOK_URL``), so the environment
-snapshot would otherwise keep it. The pattern is held while a destination
-uses it: from construction (``config/env.json`` is written before ``init``)
-to its ``post_close``, and again from its next ``init``; destinations with
-the same URL share one registration.
+(log lines, errors, ``env.json``, hyperparameters) hides it too. Known
+webhook shapes (Slack's, Discord's, Teams', ``.../webhook/<token>``) are
+masked everywhere anyway, and a variable named ``*WEBHOOK*`` is dropped from
+the environment snapshot; the registration covers a URL of any other shape
+under any other name (``ALERT_URL=https://alerts.example.com/p/<token>``).
+The pattern is held while a destination uses it: from construction
+(``config/env.json`` is written before ``init``) to its ``post_close``, and
+again from its next ``init``; destinations with the same URL share one
+registration.
 """
 
 from __future__ import annotations
