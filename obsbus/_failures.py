@@ -34,7 +34,20 @@ class FailureLog:
         #: Values a destination could not write, by ``(destination, key)``: see :meth:`skipped`.
         self.skips: Counter[tuple[str, str]] = Counter()
         self._why: dict[tuple[str, str], str] = {}
+        #: Writes a destination gave up on, by destination (see :meth:`lost`).
+        self.losses: Counter[str] = Counter()
+        self._lost_why: dict[str, str] = {}
         self._lock = threading.Lock()
+
+    def lost(self, name: str, count: int, reason: str) -> None:
+        """``name`` gave up on ``count`` write(s) (a close deadline, a client that hung or
+        never started): the caller has logged it; this puts it in :meth:`summary`, so
+        ``run-status-rank*.json`` and the report's Failures say so too."""
+        if count <= 0:
+            return
+        with self._lock:
+            self.losses[name] += count
+            self._lost_why.setdefault(name, reason)
 
     @property
     def skipped_values(self) -> int:
@@ -113,6 +126,10 @@ class FailureLog:
                 f"{name} failed {count} time(s); first: {self.first[name]}"
                 for name, count in sorted(self.counts.items())
             ]
+            lines.extend(
+                f"{name} did not deliver {count} write(s): {mask_secrets(self._lost_why[name])}"
+                for name, count in sorted(self.losses.items())
+            )
             by_name: dict[str, list[tuple[str, int]]] = {}
             for (name, key), count in sorted(self.skips.items()):
                 by_name.setdefault(name, []).append((key, count))

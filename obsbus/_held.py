@@ -31,7 +31,7 @@ from typing import Any
 
 from obsbus.values import HostRows, rows_to_host_async
 
-__all__ = ["MAX_HELD_ROWS", "Backpressure", "Handed", "HeldRows", "RowHolder", "hand_over"]
+__all__ = ["MAX_HELD_ROWS", "Backpressure", "Handed", "HeldRows", "RowHolder"]
 
 #: Rows held before a hand-over, whatever the write period says: it bounds the memory a run
 #: that never reaches a batch boundary (a long eval, a loop without ``run.train``) holds.
@@ -133,18 +133,6 @@ class RowHolder:
                     fresh.extend(rows[count:])  # added by other threads since the count
                     self.rows = fresh
         return count
-
-
-def hand_over(rows: HeldRows, submit: Callable[[Handed], object]) -> HeldRows:
-    """Queue ``rows`` with ``submit`` and return the list to hold from now on (the
-    single-thread form :class:`RowHolder` replaces; kept until FileLogger moves to it)."""
-    if not rows:
-        return rows
-    values = []
-    for row in rows:
-        values.append(row[-1])
-    submit(Handed(rows, len(rows), rows_to_host_async(values)))
-    return HeldRows()
 
 
 class Backpressure:

@@ -266,6 +266,9 @@ class BackgroundWriter:
                 timeout,
                 worker.submitted - worker.done,
             )
+            self.failures.lost(
+                self.name, worker.submitted - worker.done, f"it did not finish within {timeout}s"
+            )
         with self._lock:
             if self._worker is worker:
                 self._worker = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -17,6 +18,7 @@ from obsbus.errors import TrainingTerminated
 from obsbus.loggers._mlflow_names import (
     KeyNames,
     is_performance_metric,
+    metric_value,
     resolve_tracking_uri,
     uri_scheme,
 )
@@ -58,6 +60,8 @@ class MLFlowClient(TrackerClient):
         self.run_id: str | None = run_id
         self._resume_id = run_id
         self._run: MlflowRun | None = None  # the live run (writer thread)
+        self._names_file: Path | None = None  # mlflow-key-names.json, known at start
+        self._names_recorded = 0
         self._last_run: MlflowRun | None = None  # the latest, for its counts
         self._timer: threading.Timer | None = None  # sends a batch when training stalls
         self._lease: StoreLease | None = None  # what the run took from MLflow's caches
@@ -102,6 +106,9 @@ class MLFlowClient(TrackerClient):
         from mlflow import MlflowClient
 
         self._report = info.report
+        suffix = f"-rank{info.rank}" if info.every_rank else ""
+        self._names_file = info.run_folder / f"mlflow-key-names{suffix}.json"
+        self._names_recorded = 0
         uri, artifacts = resolve_tracking_uri(
             self.tracking_uri, info.run_folder, info.rank, info.every_rank
         )
@@ -158,7 +165,29 @@ class MLFlowClient(TrackerClient):
     def log_metrics(self, values: dict[str, Any], step: int) -> None:
         if not self.upload_performance_metrics:
             values = {k: v for k, v in values.items() if not is_performance_metric(k)}
-        self._live().add_metrics(values, step)
+        for key, value in values.items():
+            if metric_value(value) is None:
+                kind = type(value).__name__
+                self.skip(key, f"MLflow metrics are numbers, and this value is a {kind}")
+        run = self._live()
+        run.add_metrics(values, step)
+        self._record_names(run)
+
+    def _record_names(self, run: MlflowRun) -> None:
+        """Write every renamed key (see :class:`KeyNames`) to ``mlflow-key-names.json`` in the
+        run folder when a new one came, so a reader finds the original key of a name."""
+        names = {"metric": run.metric_names, "param": run.param_names, "tag": run.tag_names}
+        count = sum(len(n.renamed) for n in names.values())
+        if count == self._names_recorded or self._names_file is None:
+            return
+        self._names_recorded = count
+        text = json.dumps({kind: n.renamed for kind, n in names.items()}, indent=2)
+        tmp = self._names_file.with_suffix(".json.tmp")
+        try:
+            tmp.write_text(text + "\n", encoding="utf-8")
+            os.replace(tmp, self._names_file)
+        except OSError as exc:  # a full disk: the metrics themselves still go to MLflow
+            self._report("write mlflow-key-names.json", exc)
 
     @override
     def metrics_done(self) -> None:
@@ -186,11 +215,15 @@ class MLFlowClient(TrackerClient):
 
     @override
     def log_params(self, params: dict[str, Any]) -> None:
-        self._live().log_params(params)
+        run = self._live()
+        run.log_params(params)
+        self._record_names(run)
 
     @override
     def set_tags(self, tags: dict[str, str]) -> None:
-        self._live().set_tags(tags)
+        run = self._live()
+        run.set_tags(tags)
+        self._record_names(run)
 
     @override
     def upload_file(self, remote_file_name: str, file_path: Path) -> None:

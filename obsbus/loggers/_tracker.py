@@ -533,6 +533,7 @@ class TrackerDestination(LoggerDestination):
         self._hand_over()
         self._submit(self._client_finish, self._failed_run or state.exception is not None)
         self._gave_up = not self._writer.close(timeout=self._budget(), report=False)
+        failures = self._writer.failures
         if self._gave_up:
             log.error(
                 "obsbus: %s's client did not finish in time (close_timeout=%.1fs, one deadline "
@@ -542,8 +543,17 @@ class TrackerDestination(LoggerDestination):
                 self.close_timeout,
                 self.undelivered_writes,
             )
+            failures.lost(
+                self.name,
+                self.undelivered_writes - self._skipped,
+                f"its client did not finish within the close deadline "
+                f"(close_timeout={self.close_timeout:g}s, shared by all destinations)",
+            )
         elif self._dropped:
             log.error("obsbus: %s dropped %d write(s); see above.", self.name, self._dropped)
+            failures.lost(
+                self.name, self._dropped, "its client made no progress; the queue was full"
+            )
         if self._skipped:
             log.error(
                 "obsbus: %s never started its client (see the first error above); "
@@ -551,4 +561,5 @@ class TrackerDestination(LoggerDestination):
                 self.name,
                 self._skipped,
             )
+            failures.lost(self.name, self._skipped, "its client never started")
         self._started = self._client_ready = False

@@ -154,6 +154,9 @@ class WandBClient(TrackerClient):
                 self.skip(key, f"W&B steps only increase, and step {step} came after "
                                f"step {self._step}")  # fmt: skip
         elif values:
+            if "" in values:  # wandb drops an empty key without a word
+                values = {key: value for key, value in values.items() if key}
+                self.skip("", "W&B drops a metric whose key is ''")
             self._log(values, step)
 
     def _log_media(self, name: str, value: Any, step: int) -> None:

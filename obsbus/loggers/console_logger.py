@@ -13,6 +13,7 @@ from obsbus._check import check_bool, check_stream, is_number
 from obsbus._units import PluginUnits, with_unit
 from obsbus.interval import LogInterval, at_interval
 from obsbus.logger import Logger
+from obsbus.loggers._pending import Pending
 from obsbus.loggers._text_destination import TextDestination
 from obsbus.naming import epoch_number
 from obsbus.state import State
@@ -126,7 +127,7 @@ class ConsoleLogger(TextDestination):
         self.stream = check_stream("ConsoleLogger", "stream", stream)
         self.log_traces_enabled = check_bool("ConsoleLogger", "log_traces", log_traces)
         super().__init__()
-        self._pending: dict[str, Any] = {}
+        self._pending = Pending()  # from any thread
         self._held_for_train: dict[str, Any] | None = None  # train values held during an eval
         self._units = PluginUnits()
 
@@ -175,10 +176,9 @@ class ConsoleLogger(TextDestination):
         self._write(header + (":" if values else "") + lines)
 
     def _print_train(self, state: State) -> None:
-        if not self._pending:
-            return
-        pending, self._pending = self._pending, {}
-        self._block(self._progress(state), "Train ", pending)
+        pending = self._pending.take()
+        if pending:
+            self._block(self._progress(state), "Train ", pending)
 
     @override
     @at_interval("log_interval")
@@ -195,7 +195,7 @@ class ConsoleLogger(TextDestination):
     @override
     def eval_start(self, state: State, logger: Logger) -> None:
         if self._held_for_train is None:
-            self._held_for_train, self._pending = self._pending, {}
+            self._held_for_train = self._pending.take()
 
     @override
     def eval_end(self, state: State, logger: Logger) -> None:
@@ -203,12 +203,12 @@ class ConsoleLogger(TextDestination):
         done = state.eval_timestamp._batch
         total = state.dataloader_len
         header = f"[Eval batch={done}/{int(total.value) if total is not None else done}]"
-        pending, self._pending = self._pending, {}
+        pending = self._pending.take()
         if pending:
             self._block(f"{header} Eval on {label} data", "Eval ", pending)
         held, self._held_for_train = self._held_for_train, None
         if held:
-            self._pending = {**held, **self._pending}
+            self._pending.put_back(held)
 
     @override
     def fit_end(self, state: State, logger: Logger) -> None:
@@ -217,6 +217,6 @@ class ConsoleLogger(TextDestination):
 
     @override
     def eval_standalone_end(self, state: State, logger: Logger) -> None:
-        if self._pending:
-            pending, self._pending = self._pending, {}
+        pending = self._pending.take()
+        if pending:
             self._block("[eval]", "Eval ", pending)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -13,10 +14,10 @@ from typing import Any, TextIO, cast
 from typing_extensions import override
 
 from obsbus._check import check_bool, check_int, is_int
-from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, HeldRows, hand_over
+from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, RowHolder
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
-from obsbus.loggers._json_lines import drop_torn_tail, encode_table, json_line
+from obsbus.loggers._json_lines import COLUMNS, drop_torn_tail, encode_table, json_line
 from obsbus.loggers._remote_folder import (
     RemoteFiles,
     check_remote_name,
@@ -36,6 +37,8 @@ from obsbus.writer import BackgroundWriter, WritePeriod
 
 __all__ = ["FileLogger"]
 
+log = logging.getLogger("obsbus")
+
 
 class FileLogger(LoggerDestination):
     """Writes metrics, hyperparameters, traces and captured output to files, in the background.
@@ -51,19 +54,22 @@ class FileLogger(LoggerDestination):
       and the metrics by name. Load it with pandas in one line:
       ``pd.read_json(path, lines=True)``.
 
-    **Values in the JSON Lines.** Numbers (numpy ones too) are JSON numbers,
+    **Values in the JSON Lines.** Each line is strict JSON (RFC 8259: ``jq``,
+    JavaScript's ``JSON.parse`` and ``json.loads`` with a raising
+    ``parse_constant`` read it). Numbers (numpy ones too) are JSON numbers,
     bools are ``true``/``false``, multi-element tensors and arrays are
-    (nested) lists. NaN, inf and -inf are written as ``NaN``, ``Infinity``
-    and ``-Infinity``: the file is JSON Lines with those tokens, which
-    Python's ``json`` module, pandas and pyarrow read back exactly; a strict
-    parser (JavaScript's ``JSON.parse``, ``json.loads`` with a raising
-    ``parse_constant``) refuses such a line, and jq 1.6 reads them as
-    ``null`` and ±1.8e308. Why not strict JSON: ``null`` would make NaN,
-    inf and -inf one value (a loss that overflowed reads like one that went
-    NaN), and strings would mix types in a column (pyarrow refuses it,
-    ``json`` gives text). Integers beyond int64 (``2**70``) are written as
-    floats, since pandas refuses the whole file otherwise ("Value is too
-    big"); beyond the float range, as their digits in a string.
+    (nested) lists. NaN, inf and -inf are written as the strings ``"NaN"``,
+    ``"Infinity"`` and ``"-Infinity"`` (the protobuf JSON mapping's choice):
+    the three stay apart, ``float(value)`` gives each back in any language,
+    and ``obsbus report`` and ``pd.read_json(path, lines=True)`` read them
+    back as float64 numbers. Integers beyond int64 (``2**70``) are written as floats,
+    since pandas refuses the whole file otherwise ("Value is too big");
+    beyond the float range, as their digits in a string. A metric named like
+    a column (``step``, ``epoch``, ``batch``, ``wall_time``: Hugging Face
+    loops log ``epoch``) is written as ``metric:<name>``, warned once; the
+    column keeps the run's own count. A value that can't be written at all
+    is left out of its row, counted by key and listed at close (the other
+    values of the row are written).
 
     Metrics stay tensors until due: at the first ``log_interval`` at least
     ``write_period`` seconds after the last hand-over (and at every flush),
@@ -188,8 +194,9 @@ class FileLogger(LoggerDestination):
         self._writer = BackgroundWriter("FileLogger")
         self._state: State | None = None
         self._logger: Logger | None = None
-        # (step, epoch, batch, wall time, metrics) per log_metrics call
-        self._held = HeldRows()
+        # (step, epoch, batch, wall time, metrics) per log_metrics call, from any thread
+        self._held = RowHolder()
+        self._renamed: set[str] = set()  # metrics named like a column, warned once each
         self._pressure = Backpressure()
         self._text: TextIO | None = None
         self._jsonl: TextIO | None = None
@@ -225,6 +232,7 @@ class FileLogger(LoggerDestination):
     # ----------------------------------------------------------- lifecycle
     @override
     def init(self, state: State, logger: Logger) -> None:
+        self._writer.report_to(logger.failures)
         self._remote.init(state, logger)
         self.claim_files(state, logger)  # a no-op when the run claimed them before init
         self._install_capture()
@@ -308,9 +316,8 @@ class FileLogger(LoggerDestination):
     @override
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         epoch, batch = self._stamp()
-        held = self._held
-        held.append((batch if step is None else step, epoch, batch, time.time(), dict(metrics)))
-        if len(held) >= MAX_HELD_ROWS:  # no batch boundary may come (a long eval): bound memory
+        row = (batch if step is None else step, epoch, batch, time.time(), dict(metrics))
+        if self._held.add(row) >= MAX_HELD_ROWS:  # no batch boundary may come: bound memory
             self._hand_over()
 
     @override
@@ -362,10 +369,11 @@ class FileLogger(LoggerDestination):
         """
         if self._held:
             self._period.handed_over()
-            rows = len(self._held)
-            self._held = hand_over(self._held, self._submit_rows)
+            rows = self._held.hand_over(self._submit_rows)
             writer = self._writer  # a writer that falls behind holds about two caps of rows
-            if not self._pressure.handed(rows, writer.submit, 0.0 if writer.stalled else _WAIT_S):
+            if rows and not self._pressure.handed(
+                rows, writer.submit, 0.0 if writer.stalled else _WAIT_S
+            ):
                 writer.gave_up()
 
     def _submit_rows(self, handed: Handed) -> None:
@@ -468,15 +476,53 @@ class FileLogger(LoggerDestination):
         text: list[str] = []
         rows: list[str] = []
         for (step, epoch, batch, wall, _), values in handed.claim():
+            values = self._own_keys(values)
             text.extend(
                 f"[metric][batch={step}]: {k}: {format_value(v)}" for k, v in values.items()
             )
             row = {"step": step, "epoch": epoch, "batch": batch, "wall_time": round(wall, 6)}
-            rows.append(json_line({**row, **values}))
+            row.update(values)
+            rows.append(json_line(row, self._skip))
         self._write_text(text)
         if self._jsonl is not None and not self._jsonl.closed:
             self._jsonl.write("".join(r + "\n" for r in rows))
             self._jsonl.flush()
+
+    def _own_keys(self, values: dict[Any, Any]) -> dict[str, Any]:
+        """``values`` with every key a str (others skipped, counted) and none a column's name.
+
+        A metric named ``step``, ``epoch``, ``batch`` or ``wall_time`` (Hugging Face
+        loops log ``epoch``) is written as ``metric:<name>``, warned once: the
+        column keeps the run's own count, and the metric is kept beside it.
+        """
+        if COLUMNS.isdisjoint(values) and all(type(k) is str for k in values):
+            return values
+        own: dict[str, Any] = {}
+        for key, value in values.items():
+            if not isinstance(key, str):
+                self._skip(key, f"its key is a {type(key).__name__}, not a str")
+                continue
+            if key in COLUMNS:
+                key = self._renamed_column(key)
+            own[key] = value
+        return own
+
+    def _renamed_column(self, key: str) -> str:
+        name = f"metric:{key}"
+        if key not in self._renamed:
+            self._renamed.add(key)
+            log.warning(
+                "obsbus: %s: the metric %r has the name of a column of its JSON Lines rows; it "
+                "is written as %r there (the %r column keeps the run's own count).",
+                self.name,
+                key,
+                name,
+                key,
+            )
+        return name
+
+    def _skip(self, key: object, reason: str) -> None:
+        self._writer.failures.skipped(self.name, key, reason)
 
     def _sync_files(self, fsync: bool, upload: bool) -> None:
         for f in (self._text, self._jsonl):

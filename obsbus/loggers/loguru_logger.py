@@ -12,6 +12,7 @@ from obsbus._units import PluginUnits, with_unit
 from obsbus.interval import LogInterval, at_interval
 from obsbus.log import _level, get_logger
 from obsbus.logger import Logger
+from obsbus.loggers._pending import Pending
 from obsbus.loggers._text_destination import TextDestination
 from obsbus.loggers.console_logger import epoch_progress, format_value
 from obsbus.naming import epoch_number
@@ -80,7 +81,7 @@ class LoguruLogger(TextDestination):
         self.level = _level(level, "LoguruLogger level")[0]
         self.log_traces_enabled = check_bool("LoguruLogger", "log_traces", log_traces)
         super().__init__()
-        self._pending: dict[str, Any] = {}
+        self._pending = Pending()  # from any thread
         self._step: int | None = None
         self._units = PluginUnits()
 
@@ -97,8 +98,8 @@ class LoguruLogger(TextDestination):
         self._emit(f"{prefix} {pairs}".lstrip(), metrics=values, step=self._step)
 
     def _write_pending(self, prefix: str) -> None:
-        if self._pending:
-            held, self._pending = self._pending, {}
+        held = self._pending.take()
+        if held:
             self._write(prefix, held)
 
     @override
@@ -136,7 +137,7 @@ class LoguruLogger(TextDestination):
     def eval_end(self, state: State, logger: Logger) -> None:
         label = state.dataloader_label or "eval"
         prefix = f"metrics/{label}/"
-        due = {k: self._pending.pop(k) for k in list(self._pending) if k.startswith(prefix)}
+        due = self._pending.take_prefixed(prefix)
         if due:
             ts = state.timestamp  # state.dataloader_len is the eval one's here
             self._write(f"[epoch={epoch_number(ts)}][eval={label}] after batch {ts._batch}", due)

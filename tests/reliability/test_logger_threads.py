@@ -96,3 +96,34 @@ def test_every_logger_method_from_threads_loses_nothing(tmp_path: Path) -> None:
             assert f"table{t}_{i}" in text and mem.tables[f"table{t}_{i}"]["rows"] == [[i]]
             assert mem.hyperparameters[f"h{t}_{i}"] == i and mem.traces[f"t{t}_{i}"] == "x"
     assert not run.logger.failures.counts
+
+
+def test_printing_destinations_print_the_last_value_of_every_thread(tmp_path: Path) -> None:
+    """ConsoleLogger takes what it prints under the lock its log_metrics holds: the last value
+    a thread logs is printed (in this print or the next), never lost in a dict already taken."""
+    import io
+
+    from obsbus.loggers import ConsoleLogger
+
+    text = io.StringIO()
+    go = threading.Event()
+    with Run(max_duration="1000000ba", run_folder=tmp_path, run_name="r",
+             loggers=[ConsoleLogger(stream=text)]) as run:  # fmt: skip
+
+        def background(t: int) -> None:
+            go.wait()
+            for i in range(1, CALLS + 1):
+                run.logger.log_metrics({f"bg{t}/x": i})
+
+        threads = [threading.Thread(target=background, args=(t,)) for t in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        for _ in run.train([[1]] * 1000000):
+            run.state.loss = 0.5
+            go.set()
+            if not any(thread.is_alive() for thread in threads):
+                run.state.stop_training()
+    out = text.getvalue()
+    for t in range(THREADS):
+        assert f"bg{t}/x: {CALLS:,}" in out or f"bg{t}/x: {CALLS}" in out, t
+    assert not run.logger.failures.counts
