@@ -426,13 +426,23 @@ def check_mapping(
         return {}
     accepted = "a dict with str keys" + (f" and {accepted_values} values" if values else "")
     if not isinstance(value, Mapping):
-        raise TypeError(f"{owner} {name} must be {accepted}, got {value!r}.")
+        raise TypeError(f"{owner} {name} must be {accepted}, got {_masked_repr(value)}.")
     for key, item in value.items():
         if not isinstance(key, str):
             raise TypeError(f"{owner} {name} must be {accepted}; the key {key!r} is not a str.")
         if values is not None and not values(item):
-            raise TypeError(f"{owner} {name} must be {accepted}; {key!r} holds {item!r}.")
+            raise TypeError(
+                f"{owner} {name} must be {accepted}; {key!r} holds {_masked_repr(item)}."
+            )
     return dict(value)
+
+
+def _masked_repr(value: object) -> str:
+    """``repr(value)`` with its secrets masked: a wrong hyperparameters object (a Namespace
+    holding a token) must not print the token in the error that refuses it."""
+    from obsbus.masking import mask_secrets
+
+    return mask_secrets(repr(value))
 
 
 def check_folder(owner: str, name: str, value: object, *, allow_none: bool = False) -> Path | None:

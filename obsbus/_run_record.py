@@ -128,7 +128,7 @@ def plugins_record(plugins: Iterable[object], profiler: object = None) -> dict[s
             {
                 "kind": kind,
                 "class": _class_name(plugin),
-                "args": None if args is None else json_safe(args),
+                "args": None if args is None else json_safe(mask_value(args)),
             }
         )
     return {"plugins": mask_value(out)}
@@ -286,7 +286,9 @@ def write_run_record(
     _write(folder / "plugins.json", lambda: plugins_record(listed, profiler))
     _write(folder / "units.json", lambda: units_record(listed))
     _write(folder / "resolved.yaml", lambda: resolved_yaml(state, listed, profiler))
-    _write(folder / "hparams.json", lambda: mask_value(json_safe(hparams)))
+    # Masked before json_safe: it repr()s objects and cuts long text, so a secret at the cut
+    # would no longer look like one; the walk turns objects into dicts of masked fields.
+    _write(folder / "hparams.json", lambda: mask_value(json_safe(mask_value(hparams))))
     _write(folder / "env.json", _env)
     _write(folder / "git.json", git_record)
     _write(folder / "packages.txt", packages_text)

@@ -132,3 +132,32 @@ def test_masked_object_values_stay_readable(scanned):
     everything = b"\n".join(data for _, data in scanned["blobs"])
     for kept in (b"postgresql://***@db.internal/w", b"org/model", b"#runs"):
         assert kept in everything, kept
+
+
+def test_the_error_that_refuses_an_object_as_hparams_masks_its_secrets():
+    """``Run(hparams=Namespace(...))`` is refused (hparams is a dict); the error quotes the
+    object, masked."""
+    import argparse
+
+    from obsbus import Run
+
+    token = "hf_" + "Zq7" * 12
+    with pytest.raises(TypeError, match=r"hparams must be a dict") as info:
+        Run(max_duration="1ba", hparams=argparse.Namespace(api_key="lowercasevalue1", note=token))
+    assert token not in str(info.value) and "lowercasevalue1" not in str(info.value)
+
+
+def test_hparams_json_masks_a_secret_that_a_long_repr_would_cut(tmp_path):
+    """json_safe cuts long text at 2,000 characters: masking after the cut let half a secret out."""
+    import argparse
+    import json
+
+    from obsbus import Run
+
+    hparams = {"args": argparse.Namespace(note="y" * 1960, db_password="lowerpwsecretvalue99")}
+    with Run(max_duration="1ba", run_folder=tmp_path, run_name="r", hparams=hparams) as run:
+        for _ in run.train([[1]]):
+            run.state.loss = 0.5
+    text = (tmp_path / "config" / "hparams.json").read_text()
+    assert "lowerpw" not in text, text[-300:]
+    assert json.loads(text)["args"]["db_password"] == "***"
