@@ -17,6 +17,7 @@ from obsbus._check import check_bool, check_int, is_int
 from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, RowHolder
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
+from obsbus.loggers._image_files import write_images
 from obsbus.loggers._json_lines import COLUMNS, drop_torn_tail, encode_table, json_line
 from obsbus.loggers._remote_folder import (
     RemoteFiles,
@@ -26,7 +27,7 @@ from obsbus.loggers._remote_folder import (
     join,
 )
 from obsbus.loggers._stream_tee import tee_into, untee
-from obsbus.loggers._tracker_media import hold_table, table_rows
+from obsbus.loggers._tracker_media import hold_images, hold_table, table_rows
 from obsbus.loggers.console_logger import format_value
 from obsbus.loggers.remote_uploader_downloader import RemoteUploaderDownloader
 from obsbus.masking import mask_secrets
@@ -354,6 +355,22 @@ class FileLogger(LoggerDestination):
     ) -> None:
         table = encode_table({"columns": columns, "data": table_rows(rows, pending)})
         self._write_text([f"[table][batch={step}]: {name}: {table}"])
+
+    @override
+    def log_images(
+        self, images: Any, name: str = "Images", step: int | None = None, **kwargs: Any
+    ) -> None:
+        """Write each image as a PNG under the run folder (on the writer thread), where
+        ``obsbus report`` shows them: ``images/rank{rank}/{name}/step-{step}.png``, or
+        ``step-{step}-{i}.png`` for several (see :mod:`obsbus.loggers._image_files`).
+        ``channels_last`` (keyword) says whether a 3-D image is ``HWC``."""
+        state = self._state
+        if state is None or self._text is None:
+            return  # before init or after close: nowhere to write
+        at = self._stamp()[1] if step is None else step
+        # Snapshotted here (detached copies, no sync): the caller may change them next.
+        self._writer.submit(write_images, state.run_folder.root, state.rank, name, at,
+                            hold_images(images), kwargs.get("channels_last"))  # fmt: skip
 
     def _captured(self, tag: str, lines: list[str]) -> None:
         text = [f"[{tag}]: {line}" for line in lines]
