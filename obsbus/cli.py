@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write one self-contained HTML page that shows a run: status, failures,\n"
         "metrics by step, time per event and callback, and the run's config/.\n"
         "Needs the report extra: pip install 'obsbus[report]'.",
+        epilog="exit status: 0 written; 2 a missing extra, a bad argument, or a RUN_DIR\n"
+        "that does not exist, is a file or holds no run; 1 a file that can not be read\n"
+        "or written.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_arguments(report_parser)

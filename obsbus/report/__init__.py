@@ -9,25 +9,50 @@ inlined; nothing is fetched). It shows:
   logger's failure log, the ``[exception]`` lines of FileLogger's text log,
   metrics that went NaN or inf, ``nan/*`` keys from NaNMonitor, torn or bad
   lines, obsbus's lines in the ``logs/**/warning.log`` of
-  :func:`obsbus.log.setup_logging`), and the final and best value of each
-  ``loss/*`` and ``metrics/*`` key;
-- one plot per group of keys that has data, all on one shared step axis:
-  loss (train and eval), eval metrics, learning rate (``lr-*``), MFU,
-  throughput with one plot per unit (batches/s, samples/s, tokens/s, FLOP/s:
-  each ``throughput/{unit}_per_sec`` with its ``throughput/device/`` twin; any
+  :func:`obsbus.log.setup_logging`), and the final value of each ``loss/*``
+  and ``metrics/*`` key with its unit, and its best value and step where the
+  key says which way is better (the highest for rates, accuracies, MFU; the
+  lowest for losses, errors, times per step; none otherwise: the rule is in
+  :mod:`obsbus.report._best`);
+- plots, all on one shared step axis, every step drawn at the same x in
+  each (fixed borders, legends below the plot area, inside its card): loss
+  (train and eval), eval metrics, learning rate (``lr-*``), MFU, throughput
+  with one plot per kind (batches, samples, tokens, FLOP: each
+  ``throughput/{kind}_per_sec`` with its ``throughput/device/`` twin; any
   other rate in a plot of its own), step time, memory, gradient and parameter
   norms (``l2_norm/*``), power, temperature, CPU and GPU utilisation, system
-  memory, disk and network, time, other. Every rank's FileLogger JSON Lines
-  are read: up to 4 ranks as one line each, more as a min/max band over the
-  ranks plus rank 0's line. A line of at most 50 points (after downsampling),
-  and every eval series (``metrics/{label}/*`` but ``train``), also gets a
-  circle at each point, so one eval logged once is seen (the markers share
-  the line's data: the page does not grow);
+  memory, disk and network, time, other (one plot per prefix such as
+  ``hf/``). A group's keys are split into one plot per unit, and eval and
+  other metrics also per magnitude (keys three decades apart do not share an
+  axis: see :mod:`obsbus.report._groups`). Keys whose series are identical
+  on every rank (``throughput/device/*`` on one rank, ``hf/loss`` and
+  ``loss/train/total``) are drawn as one line whose legend names them all.
+  Every rank's FileLogger JSON Lines are read: up to 4 ranks as one line
+  each, more as a min/max band over the ranks plus rank 0's line. A line of
+  at most 50 points (after downsampling), and every eval series
+  (``metrics/{label}/*`` but ``train``), also gets a circle at each point,
+  so one eval logged once is seen (the markers share the line's data: the
+  page does not grow). Hovering a point shows its logged step and value;
+- the images logged with ``log_images`` (FileLogger's ``images/``: the last
+  8 steps of each name and rank, inlined);
 - where the run folder has profiler traces (``traces/``), the time per
   event and per callback (the ``event/*`` and ``callback/{Class}/{event}``
   spans), as a table with bars;
 - the run's record in ``config/``: hyperparameters, the plug-ins with their
   resolved arguments, git, the environment, the system and the packages.
+
+**Units.** A unit is shown (plot title, y-axis, tooltip, the metrics table)
+only where the run declared it: each plug-in's ``metric_units()``, merged
+into ``config/units.json`` at start (an exact key wins over a pattern, the
+longest pattern over the others). A key with no declared unit, or a run
+made before units were recorded, shows none: the page never guesses one
+(SpeedMonitor logs ``time/*`` in hours by default, not seconds).
+
+**JSON Lines.** Non-finite values are read as written, either strict JSON's
+strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` or the bare tokens of
+older files. A metric named like a column (``step``, ``epoch``, ``batch``,
+``wall_time``), written as ``metric:<name>``, is shown as the metric
+``<name>``; the column stays the run's own count.
 
 Every text taken from the run is HTML-escaped and goes through
 :func:`obsbus.masking.mask_secrets` (the ``config/`` files are masked when
@@ -135,7 +160,8 @@ def build_report(run_dir: str | Path, *, buckets: int = DEFAULT_BUCKETS) -> str:
     """The report of the run folder ``run_dir``, as one HTML document.
 
     Raises:
-        NotADirectoryError: ``run_dir`` is not a folder.
+        NotARunError: ``run_dir`` does not exist, is a file, or holds no run (a
+            ``NotADirectoryError`` and a ``ValueError``).
         MissingExtraError: Bokeh is not installed (``pip install 'obsbus[report]'``).
     """
     _bokeh()
@@ -166,6 +192,7 @@ def render(data: RunData, *, buckets: int = DEFAULT_BUCKETS) -> str:
 
     from obsbus import __version__
     from obsbus.report._html import page
+    from obsbus.report._images import images_html, read_images
     from obsbus.report._plots import build_plots
     from obsbus.report._status import summarize
     from obsbus.report._traces import read_traces
@@ -182,6 +209,7 @@ def render(data: RunData, *, buckets: int = DEFAULT_BUCKETS) -> str:
         # against 3.9 MB for all of INLINE).
         Resources(mode="inline", components=["bokeh"]).render(),
         read_traces(data.root, data.config),
+        images_html(read_images(data.root)),
         __version__,
     )
 
@@ -219,8 +247,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``obsbus report`` with parsed ``args``: 0 written, 1 a folder or file problem,
-    2 a missing extra or bad argument."""
+    """Run ``obsbus report`` with parsed ``args``: 0 written; 2 a missing extra, a bad
+    argument, or a path that is not a run folder (missing, a file, no run in it); 1 a file
+    that could not be read or written."""
     prog = "obsbus report"
     try:
         path = write_report(args.run_dir, args.output, buckets=args.buckets)

@@ -10,7 +10,7 @@ from html import escape
 from typing import Any
 
 from obsbus.masking import mask_secrets
-from obsbus.report._plots import Plot
+from obsbus.report._groups import Plot
 from obsbus.report._read import RunData
 from obsbus.report._status import Summary
 from obsbus.report._traces import SpanStats, TraceSummary
@@ -36,6 +36,9 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 pre{background:#fff;border:1px solid #e1e4ea;padding:8px;overflow:auto;max-height:480px;
 font-size:12px}
 ul.failures li{color:#8a1c1c}.note{color:#5b6474;font-size:12px}
+.images{display:flex;flex-wrap:wrap;gap:8px}.images figure{margin:0;background:#fff;
+border:1px solid #e1e4ea;padding:4px}.images img{display:block;min-width:96px;max-width:320px;
+image-rendering:pixelated}.images figcaption{font-size:12px;color:#5b6474}
 """
 
 
@@ -111,10 +114,22 @@ def _header(data: RunData, summary: Summary) -> str:
     if summary.metrics:
         out.append("<h2>Final and best metrics</h2>")
         rows = [
-            [_text(key), _n(_num(final)), _n(_num(best)), _n(_num(at))]
-            for key, final, best, at in summary.metrics
+            [
+                _text(row.key),
+                _n(_num(row.final)),
+                _n("" if row.best is None else _num(row.best)),
+                _n("" if row.best_step is None else _num(row.best_step)),
+                _text(row.unit or ""),
+            ]
+            for row in summary.metrics
         ]
-        out.append(_table(["metric", "final", "best", "best at step"], rows, "metrics"))
+        out.append(_table(["metric", "final", "best", "best at step", "unit"], rows, "metrics"))
+        out.append(
+            '<p class="note">Best is the highest value for rates, accuracies and MFU, the '
+            "lowest for losses, errors and times per step; blank where the key does not say "
+            "which is better. Units are those the run declared (config/units.json); none is "
+            "shown where none was declared.</p>"
+        )
     return "\n".join(out)
 
 
@@ -211,6 +226,7 @@ def page(
     script: str,
     resources: str,
     traces: TraceSummary,
+    images: str,
     version: str,
 ) -> str:
     """The whole HTML document. Every text from the run is escaped (and masked)."""
@@ -221,8 +237,8 @@ def page(
             names = _text(", ".join(plot.left_out[:20]))
             note = f'<p class="note">{len(plot.left_out)} more key(s) not drawn: {names}</p>'
         sections.append(
-            f'<section class="plot" data-group="{escape(plot.group.id)}">'
-            f"<h3>{escape(plot.group.title)}</h3>{note}{div}</section>"
+            f'<section class="plot" data-group="{escape(plot.id)}">'
+            f"<h3>{_text(plot.title)}</h3>{note}{div}</section>"
         )
     plots_html = "\n".join(sections) if sections else '<p class="note">No metrics were found.</p>'
     made = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -239,6 +255,7 @@ def page(
 every spike is drawn; NaN and inf are gaps. Scroll to zoom the step axis (shared by all plots),
 click a legend entry to hide its line.</p>
 <section id="plots">{plots_html}</section>
+{images}
 {_traces(traces)}
 {_record(data)}
 <p class="note">Made by obsbus {escape(version)} on {made}.</p>

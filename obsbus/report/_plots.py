@@ -1,135 +1,35 @@
-"""The report's plots: one Bokeh figure per group of metric keys, all on one step axis."""
+"""The report's plots: one Bokeh figure per plot of :func:`plan_plots`, on one step axis.
+
+Every figure has the same left and right borders and its legend below the
+plot area (as many rows as it needs, the figure grows to hold them), so step
+0, and every other step, is drawn at one x in every plot, and no legend leaves
+its card. The tooltip shows the point's logged step and value, with the unit
+the run declared, never the mouse position.
+"""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from obsbus.masking import mask_secrets
 from obsbus.report._downsample import DEFAULT_BUCKETS, minmax_band, minmax_downsample
+from obsbus.report._groups import Plot, is_eval, plan_plots
 from obsbus.report._read import RunData
 
-__all__ = ["GROUPS", "Group", "Plot", "build_plots", "group_of", "is_eval", "marked"]
+__all__ = ["build_plots", "marked"]
 
 #: One line per rank up to this many ranks; beyond, a min/max band over the ranks and rank 0.
 MAX_RANK_LINES = 4
-#: Lines per plot; the global and total keys first, the rest named as left out.
-MAX_KEYS = 16
 #: A line of at most this many points (after downsampling) also gets a marker at each point:
 #: a single point (an eval logged once) draws no line at all. Eval series always get them.
 MAX_MARKED_POINTS = 50
 
 
-@dataclass(frozen=True)
-class Group:
-    id: str
-    title: str
-    test: Callable[[str], bool]
-
-
-_COUNTS = ("memory/num_ooms", "memory/alloc_retries", "memory/rocm/max_rank")
-_STEP_TIME = re.compile(r"^throughput/step_time_(max|min)$")
-
-
-def _loss(key: str) -> bool:
-    return key.startswith("loss/") or (key.startswith("metrics/") and "loss" in key)
-
-
-def _prefix(prefix: str, *parts: str, suffix: str = "") -> Callable[[str], bool]:
-    """Keys that start with ``prefix``, hold one of ``parts`` (if any) and end in ``suffix``."""
-
-    def test(key: str) -> bool:
-        return (
-            key.startswith(prefix)
-            and key.endswith(suffix)
-            and (not parts or any(p in key for p in parts))
-        )
-
-    return test
-
-
-def _throughput(unit: str) -> Callable[[str], bool]:
-    """``throughput/{unit}_per_sec`` and ``throughput/device/{unit}_per_sec``: one unit a plot,
-    so 10 batches/s is not flattened against 50,000 tokens/s on a shared y-axis."""
-    names = (f"throughput/{unit}_per_sec", f"throughput/device/{unit}_per_sec")
-    return lambda key: key in names
-
-
-def _utilization(key: str) -> bool:
-    return _prefix("system/", "percent", "pct")(key) or key.startswith("utilization/")
-
-
-#: In order: a key goes to the first group whose test it passes.
-GROUPS: tuple[Group, ...] = (
-    Group("loss", "Loss (train and eval)", _loss),
-    Group("metrics", "Eval metrics", _prefix("metrics/")),
-    Group("lr", "Learning rate", _prefix("lr-")),
-    Group("mfu", "MFU", _prefix("throughput/", suffix="mfu")),
-    Group("throughput_batches", "Throughput (batches/s)", _throughput("batches")),
-    Group("throughput_samples", "Throughput (samples/s)", _throughput("samples")),
-    Group("throughput_tokens", "Throughput (tokens/s)", _throughput("tokens")),
-    Group("throughput_flops", "Throughput (FLOP/s)", _throughput("flops")),
-    # Any other rate (a unit SpeedMonitor does not log): a plot of its own, not mixed in.
-    Group(
-        "throughput", "Throughput (other, per second)", _prefix("throughput/", suffix="_per_sec")
-    ),
-    Group("step_time", "Step time (s)", lambda k: bool(_STEP_TIME.match(k))),
-    Group("memory_pct", "Memory use (%)", _prefix("memory/", "pct", "percent")),
-    Group("memory", "Memory (GB)", lambda k: k.startswith("memory/") and k not in _COUNTS),
-    Group("norms", "Gradient and parameter norms (L2)", _prefix("l2_norm/")),
-    Group("power", "Power (W)", _prefix("system/", "power")),
-    Group("temperature", "Temperature (°C)", _prefix("system/", "temperature")),
-    Group("utilization", "CPU and GPU utilisation (%)", _utilization),
-    Group("system_memory", "System memory (GB)", _prefix("system/", "_gb")),
-    Group("io", "Disk and network (MB/s)", _prefix("system/", "mb_per_s")),
-    Group("time", "Time (s)", _prefix("time/")),
-    Group("other", "Other metrics", lambda k: not k.startswith("nan/")),
-)
-
-
-def group_of(key: str) -> Group | None:
-    """The group ``key`` is plotted in (``None``: not plotted, as ``nan/*``).
-
-    Example:
-        >>> [group_of(k).id for k in ("loss/train/total", "lr-AdamW/group0", "system/gpu/power_w")]
-        ['loss', 'lr', 'power']
-    """
-    return next((g for g in GROUPS if g.test(key)), None)
-
-
-@dataclass
-class Plot:
-    group: Group
-    keys: list[str]
-    left_out: list[str] = field(default_factory=list)
-    points: int = 0
-    figure: Any = None
-
-
-def is_eval(key: str) -> bool:
-    """An evaluation's key (``metrics/{label}/...`` with a label other than ``train``, or
-    ``loss/{label}/...`` likewise): logged once per evaluation, a few points.
-
-    Example:
-        >>> is_eval("metrics/eval/loss"), is_eval("metrics/train/acc"), is_eval("loss/train/total")
-        (True, False, False)
-    """
-    parts = key.split("/")
-    return len(parts) >= 3 and parts[0] in ("metrics", "loss") and parts[1] != "train"
-
-
 def marked(key: str, points: int) -> bool:
     """Whether the line of ``key`` with ``points`` points (downsampled) gets markers."""
     return points <= MAX_MARKED_POINTS or is_eval(key)
-
-
-def _rank_of_first(key: str) -> tuple[int, str]:
-    # global/total keys first: with many per-layer norms, they are the ones that matter
-    return (0 if ("global" in key or "total" in key) else 1, key)
 
 
 def _arrays(
@@ -152,7 +52,8 @@ def _lines(data: RunData, plot: Plot, buckets: int) -> list[tuple[str, str, Any,
     ranks = sorted(data.ranks)
     out: list[tuple[str, str, Any, Any, Any]] = []
     for key in plot.keys:
-        label = mask_secrets(key)
+        # the line is also its twins': the legend names them all
+        label = " = ".join(mask_secrets(k) for k in [key, *plot.twins.get(key, [])])
         have = [r for r in ranks if key in data.ranks[r].series]
         if len(have) <= MAX_RANK_LINES:
             for rank in have:
@@ -176,27 +77,32 @@ def _lines(data: RunData, plot: Plot, buckets: int) -> list[tuple[str, str, Any,
     return out
 
 
-def plan_plots(data: RunData) -> list[Plot]:
-    """Which keys go in which plot: one plot per group that has data, in ``GROUPS`` order."""
-    keys: set[str] = set()
-    for rank in data.ranks.values():
-        keys.update(rank.series)
-    by_group: dict[str, list[str]] = {}
-    for key in keys:
-        group = group_of(key)
-        if group is not None:
-            by_group.setdefault(group.id, []).append(key)
-    plots = []
-    for group in GROUPS:
-        found = sorted(by_group.get(group.id, []), key=_rank_of_first)
-        if found:
-            plots.append(Plot(group, found[:MAX_KEYS], found[MAX_KEYS:]))
-    return plots
+#: Pixels left of every plot area (the y-axis, its ticks and unit) and right of it: fixed, so
+#: a step is at one x in every plot whatever its tick labels.
+_LEFT, _RIGHT = 110, 24
+#: Height of the plot area; the legend below adds its rows.
+_FRAME_HEIGHT = 230
+#: Width the legend's columns share (a card is ~1,200 px wide on a 1,280 px screen; this leaves
+#: room for narrower windows), and a label's estimated width (8pt text and its glyph).
+_LEGEND_WIDTH, _CHAR_PX, _ITEM_PX = 760, 6.0, 44
+
+
+def _columns(labels: list[str]) -> int:
+    """Legend columns: as many as fit ``_LEGEND_WIDTH`` with the longest label, 1 to 4."""
+    widest = max((len(label) for label in labels), default=1) * _CHAR_PX + _ITEM_PX
+    return max(1, min(4, len(labels), int(_LEGEND_WIDTH // widest)))
+
+
+def _tooltips(unit: str | None) -> list[tuple[str, str]]:
+    """The logged point's step and value (``@x``, ``@y``: the data, not the mouse's ``$x``)."""
+    shown = f" {unit}" if unit and not set(unit) & set("@${}") else ""
+    return [("", "$name"), ("step", "@x{0,0.[00]}"), ("value", "@y{%.6g}" + shown)]
 
 
 def build_plots(data: RunData, buckets: int = DEFAULT_BUCKETS) -> list[Plot]:
     """Bokeh figures for ``data``, sharing one x (step) range."""
     from bokeh.models import (  # type: ignore[attr-defined]
+        BasicTickFormatter,
         ColumnDataSource,
         HoverTool,
         Legend,
@@ -214,14 +120,19 @@ def build_plots(data: RunData, buckets: int = DEFAULT_BUCKETS) -> list[Plot]:
         palette = Category10_10 if len(lines) <= 10 else Category20_20
         extra = {"x_range": shared} if shared is not None else {}
         fig = figure(
-            name=plot.group.id,  # to find a plot in the page's document
-            height=300,
+            name=plot.id,  # to find a plot in the page's document
+            frame_height=_FRAME_HEIGHT,
             sizing_mode="stretch_width",
+            min_border_left=_LEFT,
+            min_border_right=_RIGHT,
             x_axis_label="step",
+            y_axis_label=plot.unit,
             tools="pan,xwheel_zoom,box_zoom,reset,save",
             active_scroll="xwheel_zoom",
             **extra,
         )
+        # Scientific beyond 1e4 and below 1e-3: tick labels stay short enough for _LEFT.
+        fig.yaxis.formatter = BasicTickFormatter(power_limit_high=4, power_limit_low=-3)
         shared = fig.x_range
         items, hovered = [], []
         for index, (key, label, x, y, high) in enumerate(lines):
@@ -246,12 +157,18 @@ def build_plots(data: RunData, buckets: int = DEFAULT_BUCKETS) -> list[Plot]:
                 glyphs = [fig.add_glyph(source, band, name=label)]
             items.append((label, glyphs))
             plot.points += len(x)
-        fig.add_layout(
-            Legend(items=items, click_policy="hide", label_text_font_size="8pt"), "right"
+        legend = Legend(
+            items=items,
+            click_policy="hide",
+            label_text_font_size="8pt",
+            ncols=_columns([label for label, _ in items]),
         )
+        fig.add_layout(legend, "below")
         fig.add_tools(
             HoverTool(
-                renderers=hovered, tooltips=[("", "$name"), ("step", "$x{0,0}"), ("value", "$y")]
+                renderers=hovered,
+                tooltips=_tooltips(plot.unit),
+                formatters={"@y": "printf"},
             )
         )
         plot.figure = fig

@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from obsbus.errors import ObsbusError
 from obsbus.masking import mask_secrets, mask_value
 
-__all__ = ["RankData", "RunData", "input_files", "read_run"]
+__all__ = ["NotARunError", "RankData", "RunData", "input_files", "read_run"]
 
 #: The columns every JSON Lines row has besides the metrics.
 _ROW_FIELDS = frozenset({"step", "epoch", "batch", "wall_time"})
+#: A metric named like a column is written as ``metric:<name>`` (FileLogger): read as ``<name>``.
+_METRIC_PREFIX = "metric:"
+#: Strict JSON's non-finite floats (the protobuf JSON mapping's strings), read back as floats.
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _RANK = re.compile(r"rank[-_]?(\d+)")
 _PLACEHOLDER = re.compile(r"\{[^}]*\}")
 #: Lines of the loguru logs kept per file (the first ones: a failure is reported once).
 _MAX_LOG_LINES = 50
 #: Status files RunReport writes next to the report, one per rank.
 STATUS_GLOB = "run-status-rank*.json"
+
+
+class NotARunError(ObsbusError, NotADirectoryError, ValueError):
+    """The report's path is missing, is a file, or is a folder no run wrote into.
+
+    A ``NotADirectoryError`` (what :func:`read_run` said before) and a ``ValueError``: the
+    command line's bad input (exit status 2).
+    """
 
 
 @dataclass
@@ -58,6 +72,16 @@ class RunData:
     log_lines: list[tuple[str, str]] = field(default_factory=list)
     #: Files that could not be read, with why.
     unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def units(self) -> dict[str, str]:
+        """The units the run declared (``config/units.json``): key or pattern -> unit; ``{}``
+        for a run made before units were recorded (then no unit is shown)."""
+        record = self.config.get("units.json")
+        units = record.get("units") if isinstance(record, dict) else None
+        if not isinstance(units, dict):
+            return {}
+        return {k: v for k, v in units.items() if isinstance(k, str) and isinstance(v, str)}
 
     @property
     def run_name(self) -> str:
@@ -124,8 +148,21 @@ def _rows(lines: list[bytes], data: RankData) -> list[Any]:
     return rows
 
 
+def _metric_name(key: str) -> str:
+    """The metric a JSON Lines key holds: ``metric:epoch`` is the metric ``epoch`` (FileLogger
+    moves a metric named like a column out of the column's way); other keys are themselves."""
+    if key.startswith(_METRIC_PREFIX) and key[len(_METRIC_PREFIX) :] in _ROW_FIELDS:
+        return key[len(_METRIC_PREFIX) :]
+    return key
+
+
 def read_jsonl(path: Path, rank: int) -> RankData:
-    """Read FileLogger's JSON Lines; a torn last line (a crashed run) is dropped."""
+    """Read FileLogger's JSON Lines; a torn last line (a crashed run) is dropped.
+
+    Non-finite floats are read whether written as strict JSON's strings (``"NaN"``,
+    ``"Infinity"``, ``"-Infinity"``) or as the bare tokens older files hold; other strings
+    are not plotted.
+    """
     data = RankData(rank, path)
     with open(path, "rb") as f:
         raw = f.read()
@@ -140,7 +177,7 @@ def read_jsonl(path: Path, rank: int) -> RankData:
     series = data.series
     # Per distinct set of keys (FileLogger repeats a few per run): its metric keys' lists.
     columns: dict[tuple[str, ...], list[tuple[str, list[Any], list[Any]]]] = {}
-    numbers = (float, int)
+    numbers, non_finite = (float, int), _NON_FINITE
     parsed = _rows([line for line in lines if line], data)
     rows = [row for row in parsed if type(row) is dict]
     data.bad_lines += len(parsed) - len(rows)
@@ -155,15 +192,22 @@ def read_jsonl(path: Path, rank: int) -> RankData:
             entries = columns[signature] = []
             for key in signature:
                 if key not in _ROW_FIELDS:
-                    found = series.get(key) or series.setdefault(key, ([], []))
+                    name = _metric_name(key)
+                    found = series.get(name) or series.setdefault(name, ([], []))
                     entries.append((key, found[0], found[1]))
         for key, steps, values in entries:
             value = row[key]
-            if type(value) in numbers:
+            kind = type(value)
+            if kind in numbers:
                 steps.append(step)
                 values.append(value)
+            elif kind is str and value in non_finite:
+                steps.append(step)
+                values.append(non_finite[value])
         if last_step is None or step > last_step:
             last_step = step
+    for key in [key for key, (steps, _) in series.items() if not steps]:
+        del series[key]  # text, lists: nothing to plot
     data.rows = len(rows)
     data.last_step = last_step
     walls = [r["wall_time"] for r in (rows[:1] + rows[-1:]) if _number(r.get("wall_time"))]
@@ -267,10 +311,12 @@ def _plugins(root: Path) -> dict[str, Any]:
 
 def input_files(run_dir: str | Path) -> list[Path]:
     """Every file the report of ``run_dir`` is made of: ``config/``, the JSON Lines and text
-    logs, the status files, the loguru logs and the traces :func:`read_traces` sums. Cheap (no
+    logs, the status files, the loguru logs, the traces :func:`read_traces` sums and the
+    images. Cheap (no
     file is read but ``config/plugins.json``): RunReport compares their sizes and times to
     tell whether its last page is still up to date.
     """
+    from obsbus.report._images import image_files
     from obsbus.report._traces import trace_files
 
     root = Path(run_dir).expanduser().absolute()
@@ -280,8 +326,27 @@ def input_files(run_dir: str | Path) -> list[Path]:
     found = set(folder.iterdir()) if folder.is_dir() else set()
     found = {p for p in found if p.is_file() and not p.name.startswith(".")}
     found.update(_glob(root, jsonl), _glob(root, text), root.glob(STATUS_GLOB))
-    found.update(_log_files(root), trace_files(root, config))
+    found.update(_log_files(root), trace_files(root, config), image_files(root))
     return sorted(found)
+
+
+def _folder(run_dir: str | Path) -> Path:
+    root = Path(run_dir).expanduser().absolute()
+    if root.is_dir():
+        return root
+    said = "is a file" if root.exists() else "does not exist"
+    raise NotARunError(
+        f"{str(root)!r} {said}: a run folder was expected. To fix, pass the folder a run "
+        "wrote (its run_folder: the one holding metrics-rank0.jsonl and config/)."
+    )
+
+
+def _no_run(root: Path) -> NotARunError:
+    return NotARunError(
+        f"{str(root)!r} holds no run: none of metrics-rank0.jsonl (FileLogger), "
+        "logs-rank0.txt, run-status-rank0.json (RunReport) or config/ is in it. To fix, pass "
+        "the folder a run wrote (its run_folder), not its parent or another folder."
+    )
 
 
 def read_run(run_dir: str | Path) -> RunData:
@@ -289,18 +354,15 @@ def read_run(run_dir: str | Path) -> RunData:
     ``config/``.
 
     Raises:
-        NotADirectoryError: ``run_dir`` is not a folder.
+        NotARunError: ``run_dir`` does not exist, is a file, or holds none of the files a
+            run writes (a ``NotADirectoryError`` and a ``ValueError``).
     """
-    root = Path(run_dir).expanduser().absolute()
-    if not root.is_dir():
-        raise NotADirectoryError(
-            f"obsbus report: {str(root)!r} is not a run folder. To fix, pass the folder a run "
-            "wrote (the one holding metrics-rank0.jsonl and config/)."
-        )
+    root = _folder(run_dir)
     data = RunData(root)
     _read_config(root, data)
     jsonl, text = _patterns(data.config)
-    for index, path in enumerate(_glob(root, jsonl)):
+    jsonl_files, text_files = _glob(root, jsonl), _glob(root, text)
+    for index, path in enumerate(jsonl_files):
         rank = _rank_of(path, index)
         try:
             data.ranks[rank] = read_jsonl(path, rank)
@@ -308,7 +370,7 @@ def read_run(run_dir: str | Path) -> RunData:
             data.unreadable.append(f"{path.name}: {exc}")
     for rank, status in read_status_files(root).items():
         data.ranks.setdefault(rank, RankData(rank, root)).status = status
-    for index, path in enumerate(_glob(root, text)):
+    for index, path in enumerate(text_files):
         rank = _rank_of(path, index)
         try:
             exceptions = read_exceptions(path)
@@ -317,5 +379,7 @@ def read_run(run_dir: str | Path) -> RunData:
             continue
         if exceptions:
             data.ranks.setdefault(rank, RankData(rank, path)).exceptions = exceptions
+    if not (data.ranks or data.config or jsonl_files or text_files):
+        raise _no_run(root)
     _read_logs(root, data)
     return data

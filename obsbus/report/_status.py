@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import datetime
 import math
-import re
 from dataclasses import dataclass, field
 
 from obsbus._check import is_int
+from obsbus._units import unit_of
+from obsbus.report._best import best_direction
 from obsbus.report._read import RankData, RunData
 
-__all__ = ["Summary", "rank_status", "started", "summarize"]
+__all__ = ["MetricRow", "Summary", "rank_status", "started", "summarize"]
 
 #: Worst first: the run's status is the worst of its ranks'.
 _SEVERITY = ("failed", "killed", "unknown", "finished")
 _KILLS = ("TrainingTerminated", "KeyboardInterrupt", "SystemExit")
-_HIGHER_IS_BETTER = re.compile(r"acc|f1|auc|precision|recall|iou|bleu|rouge|map\b|score|dice")
 
 
 def _is_kill(exception: str) -> bool:
@@ -47,6 +47,20 @@ def rank_status(rank: RankData) -> tuple[str, str]:
     )
 
 
+@dataclass(frozen=True)
+class MetricRow:
+    """A row of the header's table: a key's last value and, where the key says which way is
+    better (:func:`~obsbus.report._best.best_direction`), its best value and step."""
+
+    key: str
+    final: float
+    #: ``None``: the direction is unknown (no best shown), or no value is finite.
+    best: float | None
+    best_step: float | None
+    #: The unit the run declared for the key, else ``None`` (none shown).
+    unit: str | None
+
+
 @dataclass
 class Summary:
     status: str
@@ -58,8 +72,8 @@ class Summary:
     steps: float | None
     samples: int | None
     tokens: int | None
-    #: (key, final, best, best step) of the loss and eval metrics (lowest rank that has them).
-    metrics: list[tuple[str, float, float, float]] = field(default_factory=list)
+    #: The loss and eval metrics (of the lowest rank that has them).
+    metrics: list[MetricRow] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
 
@@ -115,23 +129,25 @@ def _is_summary_key(key: str) -> bool:
     return key.startswith(("loss/", "metrics/"))
 
 
-def _best(key: str, steps: list[float], values: list[float]) -> tuple[float, float]:
+def _best(key: str, steps: list[float], values: list[float]) -> tuple[float | None, float | None]:
+    direction = best_direction(key)
     finite = [(v, s) for s, v in zip(steps, values, strict=True) if math.isfinite(v)]
-    if not finite:
-        return math.nan, math.nan
-    pick = max if _HIGHER_IS_BETTER.search(key.lower()) else min
-    value, step = pick(finite, key=lambda pair: pair[0])
+    if direction is None or not finite:
+        return None, None
+    pick = max if direction == "max" else min
+    value, step = pick(finite, key=lambda pair: pair[0])  # the first step of a tie
     return value, step
 
 
-def _metrics(data: RunData) -> list[tuple[str, float, float, float]]:
-    out: dict[str, tuple[str, float, float, float]] = {}
+def _metrics(data: RunData) -> list[MetricRow]:
+    units = data.units
+    out: dict[str, MetricRow] = {}
     for rank in sorted(data.ranks):
         for key, (steps, values) in data.ranks[rank].series.items():
             if key in out or not _is_summary_key(key) or not values:
                 continue
             best, at = _best(key, steps, values)
-            out[key] = (key, values[-1], best, at)
+            out[key] = MetricRow(key, values[-1], best, at, unit_of(key, units))
     return [out[k] for k in sorted(out)]
 
 

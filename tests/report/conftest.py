@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +28,22 @@ _CANVASES = """
 _Y_ENDS = """
 () => Object.fromEntries(Bokeh.documents.flatMap(d => [...d.all_models])
   .filter(m => m.name && m.y_range).map(m => [m.name, m.y_range.end]))
+"""
+#: Per figure, in page pixels: where step 0 and step 1000 are drawn, its box, its legends' boxes
+#: and the box of the card (section.plot) that holds it.
+_LAYOUT = """
+() => [...Bokeh.index].filter(v => v.model.type === 'Figure').map(v => {
+  const box = v.el.getBoundingClientRect();
+  const frame = v.frame_view;
+  const card = v.el.closest('section.plot').getBoundingClientRect();
+  const legends = [...v.renderer_views.values()].filter(r => r.model.type === 'Legend')
+    .map(l => [box.left + l.bbox.left, box.top + l.bbox.top, box.left + l.bbox.right,
+               box.top + l.bbox.bottom]);
+  return {name: v.model.name, step0: box.left + frame.x_scale.compute(0),
+          step1000: box.left + frame.x_scale.compute(1000),
+          box: [box.left, box.top, box.right, box.bottom],
+          card: [card.left, card.top, card.right, card.bottom], legends};
+})
 """
 _DRAWN = (
     "() => window.Bokeh && Bokeh.documents.length > 0 && [...Bokeh.index].length > 0"
@@ -51,6 +69,16 @@ class Opened:
     pwned: bool = False
     #: figure name (the plot's group id) -> the end of its y-range, as BokehJS computed it
     y_ends: dict[str, float] = field(default_factory=dict)
+    #: One dict a figure (``_LAYOUT``): where its steps are drawn, its and its legends' boxes.
+    layout: list[dict[str, Any]] = field(default_factory=list)
+    #: What ``open_report(path, act=...)``'s ``act(page)`` returned.
+    acted: Any = None
+
+
+#: The one Playwright and Chromium of the process, and how many session fixtures hold them:
+#: Playwright's sync API can't be started twice in one thread, and tests outside this folder
+#: (tests/reliability/test_report_truth.py) take these fixtures too.
+_SHARED: dict[str, Any] = {"users": 0}
 
 
 @pytest.fixture(scope="session")
@@ -62,19 +90,34 @@ def browser():
         f"{CHROMIUM} is missing: scripts/test.sh installs Debian's chromium "
         "(apt-get install -y chromium)."
     )
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    if not _SHARED["users"]:
+        _SHARED["playwright"] = sync_playwright().start()
         try:
-            yield launched
-        finally:
-            launched.close()
+            _SHARED["browser"] = _SHARED["playwright"].chromium.launch(
+                executable_path=CHROMIUM, args=["--no-sandbox"]
+            )
+        except BaseException:
+            _SHARED.pop("playwright").stop()
+            raise
+    _SHARED["users"] += 1
+    try:
+        yield _SHARED["browser"]
+    finally:
+        _SHARED["users"] -= 1
+        if not _SHARED["users"]:
+            try:
+                _SHARED.pop("browser").close()
+            finally:
+                _SHARED.pop("playwright").stop()
 
 
 @pytest.fixture(scope="session")
 def open_report(browser):
-    """``open_report(path) -> Opened``: load a page offline, wait for Bokeh, look at it."""
+    """``open_report(path, act=None) -> Opened``: load a page offline, wait for Bokeh, look at
+    it; ``act(page)``, if given, then runs on the live page (hover, click) and its result is
+    kept as ``Opened.acted``."""
 
-    def open_(path: Path) -> Opened:
+    def open_(path: Path, act: Callable[[Any], Any] | None = None) -> Opened:
         seen = Opened()
         url = path.resolve().as_uri()
         context = browser.new_context(offline=True, viewport={"width": 1280, "height": 900})
@@ -104,6 +147,7 @@ def open_report(browser):
                 seen.plots[section.get_attribute("data-group")] = section.evaluate(_CANVASES)
             seen.text = page.inner_text("body")
             seen.y_ends = page.evaluate(_Y_ENDS)
+            seen.layout = page.evaluate(_LAYOUT)
             seen.pwned = bool(page.evaluate("() => window.__pwned === 1"))
             seen.ranks = page.eval_on_selector_all(
                 "table.ranks tr",
@@ -112,6 +156,8 @@ def open_report(browser):
             # the first plot, as painted: an element's screenshot (a full page takes seconds)
             plot = page.locator("section.plot").first
             seen.screenshot = plot.screenshot() if plot.count() else page.screenshot()
+            if act is not None:
+                seen.acted = act(page)
         finally:
             context.close()
         return seen

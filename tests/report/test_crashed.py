@@ -126,8 +126,9 @@ def test_text_from_the_run_is_escaped(tmp_path, open_report):
 def test_not_a_folder_is_a_clear_error(tmp_path, capsys):
     from obsbus.cli import main
 
-    assert main(["report", str(tmp_path / "missing")]) == 1
-    assert "is not a run folder" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing")]) == 2  # bad input, as argparse's
+    err = capsys.readouterr().err
+    assert "does not exist: a run folder was expected" in err and err.count("obsbus report:") == 1
 
 
 def test_a_nan_loss_is_listed_as_a_failure(tmp_path):

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from obsbus import Trainer
 from obsbus.loggers import FileLogger
 from obsbus.report import build_report, write_report
-from obsbus.report._plots import MAX_MARKED_POINTS, build_plots, plan_plots
+from obsbus.report._groups import plan_plots
+from obsbus.report._plots import MAX_MARKED_POINTS, build_plots
 from obsbus.report._read import read_run
 
 from ..helpers import regression_data, tiny_model
