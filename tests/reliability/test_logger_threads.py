@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from obsbus import Run
@@ -18,6 +19,23 @@ from obsbus.loggers.tensorboard_logger import TensorboardLogger
 
 THREADS = 4
 CALLS = 2000
+
+
+def train_while_threads_log(
+    run: Run, background: Callable[[int], None], go: threading.Event
+) -> None:
+    """Train until ``THREADS`` threads running ``background(t)`` are done; they start logging
+    once the first batch runs (``go``), so they log while batches run and hand over."""
+    threads = [threading.Thread(target=background, args=(t,)) for t in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for _ in run.train([[1]] * 1000000):
+        run.state.loss = 0.5
+        go.set()
+        if not any(thread.is_alive() for thread in threads):
+            run.state.stop_training()
+    for thread in threads:
+        thread.join()
 
 
 def test_four_threads_and_the_loop_lose_no_row(tmp_path: Path) -> None:
@@ -32,16 +50,7 @@ def test_four_threads_and_the_loop_lose_no_row(tmp_path: Path) -> None:
             for i in range(1, CALLS + 1):
                 run.logger.log_metrics({f"bg{t}/x": float(i)}, step=i)
 
-        threads = [threading.Thread(target=background, args=(t,)) for t in range(THREADS)]
-        for thread in threads:
-            thread.start()
-        for _ in run.train([[1]] * 1000000):
-            run.state.loss = 0.5
-            go.set()  # the threads log while batches run and hand over
-            if not any(thread.is_alive() for thread in threads):
-                run.state.stop_training()
-        for thread in threads:
-            thread.join()
+        train_while_threads_log(run, background, go)
     batches = run.state.timestamp.batch.value
     rows = [
         json.loads(line) for line in (tmp_path / "metrics-rank0.jsonl").read_text().splitlines()
@@ -79,16 +88,7 @@ def test_every_logger_method_from_threads_loses_nothing(tmp_path: Path) -> None:
                 run.logger.log_traces({f"t{t}_{i}": "x"})
                 run.logger.log_table(["a"], [[i]], name=f"table{t}_{i}")
 
-        threads = [threading.Thread(target=background, args=(t,)) for t in range(THREADS)]
-        for thread in threads:
-            thread.start()
-        for _ in run.train([[1]] * 1000000):
-            run.state.loss = 0.5
-            go.set()
-            if not any(thread.is_alive() for thread in threads):
-                run.state.stop_training()
-        for thread in threads:
-            thread.join()
+        train_while_threads_log(run, background, go)
     text = (tmp_path / "logs-rank0.txt").read_text()
     for t in range(THREADS):
         for i in range(calls):
@@ -115,14 +115,7 @@ def test_printing_destinations_print_the_last_value_of_every_thread(tmp_path: Pa
             for i in range(1, CALLS + 1):
                 run.logger.log_metrics({f"bg{t}/x": i})
 
-        threads = [threading.Thread(target=background, args=(t,)) for t in range(THREADS)]
-        for thread in threads:
-            thread.start()
-        for _ in run.train([[1]] * 1000000):
-            run.state.loss = 0.5
-            go.set()
-            if not any(thread.is_alive() for thread in threads):
-                run.state.stop_training()
+        train_while_threads_log(run, background, go)
     out = text.getvalue()
     for t in range(THREADS):
         assert f"bg{t}/x: {CALLS:,}" in out or f"bg{t}/x: {CALLS}" in out, t
