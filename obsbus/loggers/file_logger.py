@@ -52,7 +52,9 @@ class FileLogger(LoggerDestination):
       JSON of Composer's ``[table]`` lines).
     - ``jsonl_filename``: JSON Lines a program reads, one object per logged
       call with ``step``, ``epoch``, ``batch``, ``wall_time`` (Unix seconds)
-      and the metrics by name. Load it with pandas in one line:
+      and the metrics by name. ``epoch`` is numbered as the console's
+      ``[epoch=E]`` (:func:`obsbus.naming.epoch_number`: the epoch in
+      progress, from 1). Load it with pandas in one line:
       ``pd.read_json(path, lines=True)``.
 
     **Values in the JSON Lines.** Each line is strict JSON (RFC 8259: ``jq``,
