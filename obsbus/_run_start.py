@@ -21,8 +21,12 @@ not a log line. So the decision comes before anything is written:
    mistake fixed is not refused over empty files of the failed try.
 
 On several ranks each rank claims its own files (``{rank}`` in their names),
-with no collective: a second run of the same name and world size is refused
-on every rank, each finding its own files taken.
+then the ranks agree, in one collective at start (none when
+``torch.distributed`` is not initialized, or on one process): if any rank
+was refused, every rank gives its claims back and is refused too, naming the
+rank and its reason. So a run started again on more ranks than the run that
+owns the name (whose new ranks find no files of their own) writes nothing
+either.
 """
 
 from __future__ import annotations
@@ -90,7 +94,19 @@ def start_run(state: State, engine: Engine, logger: Logger, profiler: Any = None
     profiler's trace handlers included), as :class:`~obsbus.Run` sets it.
     """
     plugins = list(state.callbacks)
-    claimed = claim_files(plugins, state, logger)
+    try:
+        claimed = claim_files(plugins, state, logger)
+    except Exception as exc:
+        _refusals(exc)  # the other ranks must hear of it before this one leaves
+        raise
+    refused = _refusals(None)
+    if refused:
+        release_files(claimed)
+        rank, reason = refused[0]
+        raise FileExistsError(
+            f"obsbus: this run was refused on rank {rank}, so on every rank: {reason} "
+            "(no rank writes into a folder another rank was refused)."
+        )
     try:
         for event in _START_EVENTS:
             engine.run_event(event)
@@ -100,3 +116,16 @@ def start_run(state: State, engine: Engine, logger: Logger, profiler: Any = None
     write_run_record(state, plugins, profiler=profiler)
     if state.hparams:
         logger.log_hyperparameters(state.hparams)
+
+
+def _refusals(exc: BaseException | None) -> list[tuple[int, str]]:
+    """``(rank, reason)`` of every rank whose claim was refused, this one's ``exc`` too.
+
+    One ``all_gather_object`` when ``torch.distributed`` runs several ranks, else only this
+    rank's own answer: called once by every rank at start, refused or not.
+    """
+    from obsbus import dist
+
+    mine = None if exc is None else mask_secrets(f"{type(exc).__name__}: {exc}")
+    answers = dist.all_gather_object(mine) if dist.is_initialized() else [mine]
+    return [(rank, reason) for rank, reason in enumerate(answers) if reason is not None]

@@ -273,3 +273,19 @@ def test_of_two_runs_started_together_the_loser_writes_nothing(tmp_path):
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_a_rerun_on_more_ranks_is_refused_on_every_rank_and_writes_nothing(tmp_path):
+    """The earlier run had one rank: the new rank 0 finds its files taken, the new rank 1
+    finds none of its own. The ranks agree at start (one collective), so rank 1 does not
+    start a run of its own in a folder rank 0 was refused."""
+    folder = tmp_path / NAME
+    with Run(max_duration="2ba", run_name=NAME, run_folder=folder,
+             loggers=[RunReport(), FileLogger(write_period=0.0)]) as run:  # fmt: skip
+        for _ in run.train([[0.0]] * 2):
+            run.state.loss = 1.0
+    before = snapshot(folder)
+    results = run_two_ranks(_two_rank_run, tmp_path / "second", str(folder), True)
+    assert results[0].startswith("refused: FileLogger: ") and "logs-rank0.txt" in results[0]
+    assert results[1].startswith("refused: ") and "rank 0" in results[1], results[1]
+    assert_untouched(folder, before)
