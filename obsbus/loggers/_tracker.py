@@ -39,6 +39,7 @@ from obsbus._check import check_bool, check_instance, check_seconds, did_you_mea
 from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, RowHolder
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
+from obsbus.loggers._column_names import ColumnNames
 from obsbus.loggers._images import image_arrays
 from obsbus.loggers._run_metadata import environment_snapshot, flatten_hyperparameters, record_git
 from obsbus.loggers._tracker_client import RunInfo, TrackerClient
@@ -129,7 +130,7 @@ class TrackerDestination(LoggerDestination):
         self._state: State | None = None
         self._logger: Logger | None = None
         self._held = RowHolder()  # (step, metrics) per log_metrics call, from any thread
-        self._renamed: set[str] = set()  # reserved keys renamed, warned once each
+        self._columns = ColumnNames("the tracker's own")  # reserved keys, renamed
         self._pressure = Backpressure()
         self._active = False
         self._started = False
@@ -467,22 +468,10 @@ class TrackerDestination(LoggerDestination):
             elif isinstance(value, int) and not -_FLOAT_MAX <= value <= _FLOAT_MAX:
                 self._skip(key, f"an int of {len(str(abs(value)))} digits is beyond float64")
             elif key in reserved:
-                kept[self._renamed_key(key)] = value
+                kept[self._columns(self.name, key)] = value
             else:
                 kept[key] = value
         return kept
-
-    def _renamed_key(self, key: str) -> str:
-        name = f"metric:{key}"
-        if key not in self._renamed:
-            self._renamed.add(key)
-            log.warning(
-                "obsbus: %s: %r is a column of the tracker's own; the metric is logged as %r.",
-                self.name,
-                key,
-                name,
-            )
-        return name
 
     @override
     def batch_end(self, state: State, logger: Logger) -> None:

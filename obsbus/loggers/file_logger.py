@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 import time
@@ -17,6 +16,7 @@ from obsbus._check import check_bool, check_int, is_int
 from obsbus._held import MAX_HELD_ROWS, Backpressure, Handed, RowHolder
 from obsbus.interval import LogInterval
 from obsbus.logger import Logger, LoggerDestination
+from obsbus.loggers._column_names import ColumnNames
 from obsbus.loggers._image_files import write_images
 from obsbus.loggers._json_lines import COLUMNS, drop_torn_tail, encode_table, json_line
 from obsbus.loggers._remote_folder import (
@@ -37,8 +37,6 @@ from obsbus.time import TimeLike, TimeUnit
 from obsbus.writer import BackgroundWriter, WritePeriod
 
 __all__ = ["FileLogger"]
-
-log = logging.getLogger("obsbus")
 
 
 class FileLogger(LoggerDestination):
@@ -199,7 +197,7 @@ class FileLogger(LoggerDestination):
         self._logger: Logger | None = None
         # (step, epoch, batch, wall time, metrics) per log_metrics call, from any thread
         self._held = RowHolder()
-        self._renamed: set[str] = set()  # metrics named like a column, warned once each
+        self._columns = ColumnNames("its JSON Lines rows")  # metrics named like one
         self._pressure = Backpressure()
         self._text: TextIO | None = None
         self._jsonl: TextIO | None = None
@@ -522,23 +520,9 @@ class FileLogger(LoggerDestination):
                 self._skip(key, f"its key is a {type(key).__name__}, not a str")
                 continue
             if key in COLUMNS:
-                key = self._renamed_column(key)
+                key = self._columns(self.name, key)
             own[key] = value
         return own
-
-    def _renamed_column(self, key: str) -> str:
-        name = f"metric:{key}"
-        if key not in self._renamed:
-            self._renamed.add(key)
-            log.warning(
-                "obsbus: %s: the metric %r has the name of a column of its JSON Lines rows; it "
-                "is written as %r there (the %r column keeps the run's own count).",
-                self.name,
-                key,
-                name,
-                key,
-            )
-        return name
 
     def _skip(self, key: object, reason: str) -> None:
         self._writer.failures.skipped(self.name, key, reason)
