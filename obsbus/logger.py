@@ -33,10 +33,13 @@ class LoggerDestination(Callback):
     :func:`obsbus.values.to_host`. Values passed in must not be changed by
     the destination; callers pass fresh values and never mutate them after.
 
-    Every method and hook is called on the training thread (``upload_file``
-    from whichever thread produced the file), so training waits while it
+    Every hook is called on the training thread, so training waits while it
     runs: hold values and write them from a background thread
-    (:class:`~obsbus.BackgroundWriter`), as the built-in destinations do.
+    (:class:`~obsbus.BackgroundWriter`), as the built-in destinations do. The
+    logging methods come from whichever thread called the :class:`Logger` (the
+    training thread, a data-loader or monitoring thread, ``upload_file`` from
+    the thread that made the file): guard what they hold with a lock, as the
+    built-in ones do (:class:`obsbus._held.RowHolder`).
     ``OBSBUS_WATCHDOG_S=60`` (or ``Logger(watchdog_s=60)``) names a call that
     takes longer. At ``fit_end``, ``exception`` and ``close``, wait at most
     ``logger.deadline.left(timeout)``: the destinations share one deadline.
@@ -175,7 +178,7 @@ class Logger:
         """Log scalar metrics; values may be tensors and are not synced here.
 
         Safe from any thread (a data-loader thread, a monitoring thread, an
-        async eval): every built-in destination holds rows under a lock.
+        async eval): the built-in destinations hold what they keep under a lock.
 
         Raises:
             TypeError: a key is not a ``str``. The whole call is refused, at the

@@ -305,7 +305,6 @@ class TrackerDestination(LoggerDestination):
             start_step=state.timestamp._batch,
             every_rank=not self.rank_zero_only,
             report=self._report,
-            skip=self._skip,
         )
         self._submit(self._start_client, info)
 

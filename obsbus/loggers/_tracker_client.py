@@ -63,9 +63,6 @@ class RunInfo:
     every_rank: bool = False
     #: Reports an error a client hits on a thread of its own (a timer), as the writer's are.
     report: Callable[[str, BaseException], None] = _no_report
-    #: Counts a value the client could not write, by key (``skip(key, reason)``): warned once
-    #: per key, listed at close, in ``run-status-rank*.json`` and the report's Failures.
-    skip: Callable[[object, str], None] = _no_skip
 
 
 class TrackerClient:
@@ -84,7 +81,9 @@ class TrackerClient:
     #: Metric keys the tracker uses for columns of its own (W&B's ``_step``): a metric of
     #: one of these names reaches :meth:`log_metrics` as ``metric:<name>``, warned once.
     reserved_keys: frozenset[str] = frozenset()
-    #: Set from :attr:`RunInfo.skip` before :meth:`start`: count a value not written.
+    #: ``skip(key, reason)`` counts a value the client could not write, by key (warned once
+    #: per key, listed at close, in ``run-status-rank*.json`` and the report's Failures);
+    #: the destination sets it at ``init``.
     skip: Callable[[object, str], None] = staticmethod(_no_skip)
 
     # ------------------------------------------------------- training thread
